@@ -1,0 +1,34 @@
+// Validation of every op's buffers and attributes, shared by the CPU and CUDA
+// handlers. Each check fills in the problem shape for the kernels, or returns an
+// InvalidArgument error that names what is wrong. The Python layer checks the same
+// things at trace time; these checks are the second line, for direct ffi_call users.
+#pragma once
+
+#include "common.h"
+#include "oxijax/shapes.h"
+
+namespace oxijax::bindings {
+
+ffi::Error check_unary(const ffi::AnyBuffer& x, const ffi::AnyBuffer& y, UnaryOp op, int64_t& count);
+
+ffi::Error check_binary(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                                          const ffi::AnyBuffer& out, BinaryOp op, BroadcastShape& shape);
+
+ffi::Error check_reduce(const ffi::AnyBuffer& x, const ffi::AnyBuffer& out,
+                                       ReduceOp op, int64_t axis, ReduceShape& shape);
+
+// `c` is absent when beta == 0 (it is then never read).
+ffi::Error check_gemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                                   const ffi::AnyBuffer* c, const ffi::AnyBuffer& out,
+                                   Transpose trans_a, Transpose trans_b, double alpha,
+                                   double beta, GemmShape& shape);
+
+ffi::Error check_conv2d(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
+                                     const ffi::AnyBuffer& out, int64_t stride_h,
+                                     int64_t stride_w, int64_t pad_h, int64_t pad_w, ConvShape& s);
+
+ffi::Error check_attention(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
+                                             const ffi::AnyBuffer& v, const ffi::AnyBuffer& out,
+                                             const ffi::AnyBuffer& lse, double scale, bool causal, AttentionShape& s);
+
+}  // namespace oxijax::bindings

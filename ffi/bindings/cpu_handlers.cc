@@ -1,0 +1,165 @@
+// CPU FFI handlers: validate (checks.h), pick the dtype, run the kernel on XLA's
+// intra-op thread pool. Nothing here computes; the math is in ffi/cpu.
+#include <optional>
+
+#include "checks.h"
+#include "common.h"
+#include "handlers.h"
+#include "kernels.h"
+
+namespace oxijax::bindings {
+namespace {
+
+using cpu::Parallel;
+
+// XLA's intra-op pool as a Parallel; the calling thread counts as one of its threads.
+Parallel parallel_on(ffi::ThreadPool pool) {
+  const int64_t workers = pool.num_threads() - 1;
+  if (workers <= 0) return Parallel();
+  return Parallel(workers, [pool](Parallel::Task task) mutable { pool.Schedule(std::move(task)); });
+}
+
+ffi::Error UnaryImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                     UnaryOp op) {
+  int64_t n;
+  if (auto err = check_unary(x, *y, op, n); err.failure()) return err;
+  return dispatch_float(x.element_type(), [&](auto t) {
+    using T = decltype(t);
+    cpu::unary(parallel_on(pool), op, typed<T>(x), typed<T>(y), n);
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error BinaryImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                      ffi::Result<ffi::AnyBuffer> out, BinaryOp op) {
+  BroadcastShape shape;
+  if (auto err = check_binary(a, b, *out, op, shape); err.failure()) return err;
+  return dispatch_float(a.element_type(), [&](auto t) {
+    using T = decltype(t);
+    cpu::binary(parallel_on(pool), op, shape, typed<T>(a), typed<T>(b), typed<T>(out));
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error ReduceImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out,
+                      ReduceOp op, int64_t axis) {
+  ReduceShape shape;
+  if (auto err = check_reduce(x, *out, op, axis, shape); err.failure()) return err;
+  return dispatch_float(x.element_type(), [&](auto t) {
+    using T = decltype(t);
+    cpu::reduce(parallel_on(pool), op, shape, typed<T>(x), typed<T>(out));
+    return ffi::Error::Success();
+  });
+}
+
+// Operands: a, b and, when beta != 0, c.
+ffi::Error GemmImpl(ffi::ThreadPool pool, ffi::RemainingArgs operands,
+                    ffi::Result<ffi::AnyBuffer> out, Transpose trans_a, Transpose trans_b,
+                    double alpha, double beta) {
+  if (operands.size() != 2 && operands.size() != 3)
+    return invalid("gemm takes a, b and optionally c");
+  auto a = operands.get<ffi::AnyBuffer>(0), b = operands.get<ffi::AnyBuffer>(1);
+  if (!a || !b) return invalid("gemm operands must be buffers");
+  std::optional<ffi::AnyBuffer> c;
+  if (operands.size() == 3) {
+    auto c_arg = operands.get<ffi::AnyBuffer>(2);
+    if (!c_arg) return invalid("gemm c must be a buffer");
+    c = *c_arg;
+  }
+  GemmShape shape;
+  if (auto err = check_gemm(*a, *b, c ? &*c : nullptr, *out, trans_a, trans_b, alpha, beta, shape);
+      err.failure())
+    return err;
+  return dispatch_float(a->element_type(), [&](auto t) {
+    using T = decltype(t);
+    const T* c_data = (c && beta != 0.0) ? typed<T>(*c) : nullptr;
+    cpu::gemm(parallel_on(pool), shape, typed<T>(*a), typed<T>(*b), c_data, typed<T>(out));
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error Conv2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                      ffi::Result<ffi::AnyBuffer> out, int64_t stride_h, int64_t stride_w,
+                      int64_t pad_h, int64_t pad_w) {
+  ConvShape shape;
+  if (auto err = check_conv2d(x, w, *out, stride_h, stride_w, pad_h, pad_w, shape); err.failure())
+    return err;
+  return dispatch_float(x.element_type(), [&](auto t) {
+    using T = decltype(t);
+    cpu::conv2d(parallel_on(pool), shape, typed<T>(x), typed<T>(w), typed<T>(out));
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error AttentionImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                         ffi::AnyBuffer v, ffi::Result<ffi::AnyBuffer> out,
+                         ffi::Result<ffi::AnyBuffer> lse, double scale, bool causal) {
+  AttentionShape shape;
+  if (auto err = check_attention(q, k, v, *out, *lse, scale, causal, shape); err.failure())
+    return err;
+  return dispatch_float(q.element_type(), [&](auto t) {
+    using T = decltype(t);
+    cpu::attention(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
+                   typed<T>(out), typed<Acc<T>>(lse));
+    return ffi::Error::Success();
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary, UnaryImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<UnaryOp>("op"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary, BinaryImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<BinaryOp>("op"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_reduce, ReduceImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ReduceOp>("op")
+                                  .Attr<int64_t>("axis"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_gemm, GemmImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .RemainingArgs()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<Transpose>("trans_a")
+                                  .Attr<Transpose>("trans_b")
+                                  .Attr<double>("alpha")
+                                  .Attr<double>("beta"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_conv2d, Conv2dImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("stride_h")
+                                  .Attr<int64_t>("stride_w")
+                                  .Attr<int64_t>("pad_h")
+                                  .Attr<int64_t>("pad_w"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention, AttentionImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<double>("scale")
+                                  .Attr<bool>("causal"));
+
+}  // namespace oxijax::bindings

@@ -1,0 +1,447 @@
+// Fused CPU attention (FlashAttention-2 style): per (batch, head, block of query rows)
+// the scaled query block and the output accumulator stay resident while key/value
+// blocks stream past; the Sq x Skv score matrix is never materialised.
+//
+// Layout trick: everything is vectorised along the QUERY axis. The query block is
+// stored transposed, Qt [D][Bq], and the output accumulator too, Ot [D][Bq]. Then
+//   S^T[j][i]  = sum_d K[j][d] * Qt[d][i]      (broadcast K[j][d], vector over i)
+//   Ot[d][i]  += sum_j V[j][d] * P^T[j][i]     (broadcast V[j][d], vector over i)
+// so K and V are read in place (no per-block transpose/packing for float/double),
+// the per-row max/sum of the online softmax are lane-wise (vertical) operations, and
+// the per-row rescale is a lane-wise multiply. Only Q (in) and O (out) are
+// transposed, once per query block.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <type_traits>
+
+#include "kernels.h"
+#include "oxijax/math.h"
+
+#if defined(__AVX512F__) || defined(__AVX__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+namespace oxijax::cpu {
+namespace {
+
+// ---------------------------------------------------------------------------------
+// A minimal SIMD layer on GCC/Clang vector extensions (portable: any target gets a
+// correct build; x86 gets explicit FMA).
+
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+constexpr int kRegs = 32;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+constexpr int kRegs = 16;
+#else
+constexpr int kVecBytes = 16;
+constexpr int kRegs = 16;
+#endif
+
+typedef float VecF __attribute__((vector_size(kVecBytes)));
+typedef double VecD __attribute__((vector_size(kVecBytes)));
+typedef int32_t VecI __attribute__((vector_size(kVecBytes)));
+
+template <typename A> struct Simd;
+template <> struct Simd<float> { using V = VecF; };
+template <> struct Simd<double> { using V = VecD; };
+
+template <typename A> using Vec = typename Simd<A>::V;
+template <typename A> constexpr int kLanes = kVecBytes / int(sizeof(A));
+
+template <typename V> inline V vload(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename V> inline void vstore(void* p, V v) { std::memcpy(p, &v, sizeof v); }
+template <typename V> struct ElemOf;
+template <> struct ElemOf<VecF> { using type = float; };
+template <> struct ElemOf<VecD> { using type = double; };
+
+// All lanes = x.
+template <typename V> inline V splat(typename ElemOf<V>::type x) {
+  if constexpr (std::is_same_v<V, VecF>) {
+#if defined(__AVX512F__)
+    return _mm512_set1_ps(x);
+#elif defined(__AVX__)
+    return _mm256_set1_ps(x);
+#else
+    return x - VecF{};  // x - (+0) == x exactly, signed zeros included
+#endif
+  } else {
+#if defined(__AVX512F__)
+    return _mm512_set1_pd(x);
+#elif defined(__AVX__)
+    return _mm256_set1_pd(x);
+#else
+    return x - VecD{};
+#endif
+  }
+}
+
+// a * b + c, fused where the target has FMA.
+inline VecF vfma(VecF a, VecF b, VecF c) {
+#if defined(__AVX512F__)
+  return _mm512_fmadd_ps(a, b, c);
+#elif defined(__FMA__) && defined(__AVX__)
+  return _mm256_fmadd_ps(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+inline VecD vfma(VecD a, VecD b, VecD c) {
+#if defined(__AVX512F__)
+  return _mm512_fmadd_pd(a, b, c);
+#elif defined(__FMA__) && defined(__AVX__)
+  return _mm256_fmadd_pd(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+// exp for float lanes: Cody-Waite reduction x = n*ln2 + r, |r| <= ln2/2, Cephes'
+// expf polynomial (measured <= 1 ulp), times 2^n. Correct for any x: exp(-inf) = 0,
+// exp(+inf) = inf, NaN propagates; with AVX-512 results in the subnormal range are
+// exact-ish (vscalefps), elsewhere they flush to 0 (an absolute error < 1.2e-38, next
+// to a running softmax sum >= 1).
+inline VecF vexp_poly(VecF r) {
+  VecF p = splat<VecF>(1.9875691500e-4f);
+  p = vfma(p, r, splat<VecF>(1.3981999507e-3f));
+  p = vfma(p, r, splat<VecF>(8.3334519073e-3f));
+  p = vfma(p, r, splat<VecF>(4.1665795894e-2f));
+  p = vfma(p, r, splat<VecF>(1.6666665459e-1f));
+  p = vfma(p, r, splat<VecF>(5.0000001201e-1f));
+  return vfma(p, r * r, r + splat<VecF>(1.0f));
+}
+inline VecF vexp(VecF x) {
+#if defined(__AVX512F__)
+  // The maskz_ forms with a full mask are the plain instructions; they avoid GCC 12's
+  // bogus -Wmaybe-uninitialized on _mm512_undefined_ps in the unmasked intrinsics.
+  constexpr __mmask16 all = 0xffff;
+  // Clamp with the NaN-preserving operand order (vmaxps/vminps return the second
+  // operand when either is NaN); outside [-104, 89] exp is 0 or inf in float anyway.
+  x = _mm512_maskz_max_ps(all, splat<VecF>(-104.0f), x);
+  x = _mm512_maskz_min_ps(all, splat<VecF>(89.0f), x);
+  const VecF n = _mm512_maskz_roundscale_ps(all, x * splat<VecF>(1.44269504088896341f),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  VecF r = vfma(n, splat<VecF>(-0.693359375f), x);
+  r = vfma(n, splat<VecF>(2.12194440e-4f), r);
+  return _mm512_maskz_scalef_ps(all, vexp_poly(r), n);  // p * 2^n, right under/overflow
+#else
+  const VecF lo = splat<VecF>(-87.33654f), hi = splat<VecF>(88.72283f);
+  const VecF xc = x < lo ? lo : (x > hi ? hi : x);  // comparisons are false for NaN
+  const VecF magic = splat<VecF>(12582912.0f);         // 1.5 * 2^23: round to nearest
+  const VecF t = vfma(xc, splat<VecF>(1.44269504088896341f), magic);
+  const VecF n = t - magic;
+  VecF r = vfma(n, splat<VecF>(-0.693359375f), xc);
+  r = vfma(n, splat<VecF>(2.12194440e-4f), r);
+  const VecF p = vexp_poly(r);
+  // n in [-126, 128]; 2^n as two factors so that n = 128 (x ~ 88.7) stays finite.
+  const VecI ni = reinterpret_cast<VecI>(t) - reinterpret_cast<VecI>(magic);
+  const VecI n1 = ni >> 1, n2 = ni - n1;
+  const VecF s1 = reinterpret_cast<VecF>((n1 + 127) << 23);
+  const VecF s2 = reinterpret_cast<VecF>((n2 + 127) << 23);
+  const VecF y = p * s1 * s2;
+  return x < lo ? VecF{} : (x > hi ? splat<VecF>(INFINITY) : y);
+#endif
+}
+
+// The same for double lanes: Cody-Waite with fdlibm's split of ln2, then the Taylor
+// series of e^r to degree 13 (truncation < 1e-17 relative for |r| <= ln2/2; ~1 ulp).
+inline VecD vexp(VecD x) {
+  const VecD ln2_hi = splat<VecD>(6.93147180369123816490e-01);
+  const VecD ln2_lo = splat<VecD>(1.90821492927058770002e-10);
+  const VecD log2e = splat<VecD>(1.44269504088896338700e+00);
+  const auto poly = [](VecD r) {
+    constexpr double c[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0,
+                            1.0 / 3628800.0,    1.0 / 362880.0,    1.0 / 40320.0,
+                            1.0 / 5040.0,       1.0 / 720.0,       1.0 / 120.0,
+                            1.0 / 24.0,         1.0 / 6.0,         0.5,
+                            1.0,                1.0};
+    VecD p = splat<VecD>(c[0]);
+    for (int i = 1; i < 14; ++i) p = vfma(p, r, splat<VecD>(c[i]));
+    return p;
+  };
+#if defined(__AVX512F__)
+  constexpr __mmask8 all = 0xff;
+  x = _mm512_maskz_max_pd(all, splat<VecD>(-746.0), x);  // NaN-preserving clamps
+  x = _mm512_maskz_min_pd(all, splat<VecD>(710.0), x);
+  const VecD n = _mm512_maskz_roundscale_pd(all, x * log2e,
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  VecD r = vfma(n, -ln2_hi, x);
+  r = vfma(n, -ln2_lo, r);
+  return _mm512_maskz_scalef_pd(all, poly(r), n);
+#else
+  typedef int64_t VecL __attribute__((vector_size(kVecBytes)));
+  const VecD lo = splat<VecD>(-708.3964185322641), hi = splat<VecD>(709.782712893384);
+  const VecD xc = x < lo ? lo : (x > hi ? hi : x);
+  const VecD magic = splat<VecD>(6755399441055744.0);  // 1.5 * 2^52
+  const VecD t = vfma(xc, log2e, magic);
+  const VecD n = t - magic;
+  VecD r = vfma(n, -ln2_hi, xc);
+  r = vfma(n, -ln2_lo, r);
+  const VecD p = poly(r);
+  const VecL ni = reinterpret_cast<VecL>(t) - reinterpret_cast<VecL>(magic);
+  const VecL n1 = ni >> 1, n2 = ni - n1;
+  const VecD s1 = reinterpret_cast<VecD>((n1 + 1023) << 52);
+  const VecD s2 = reinterpret_cast<VecD>((n2 + 1023) << 52);
+  const VecD y = p * s1 * s2;
+  return x < lo ? VecD{} : (x > hi ? splat<VecD>(INFINITY) : y);
+#endif
+}
+
+// ---------------------------------------------------------------------------------
+// Tiling parameters.
+
+constexpr int kMaxIV = kRegs >= 32 ? 4 : 2;  // vectors of query lanes per block
+constexpr int64_t kBk = 128;                 // keys per streamed block
+// Rows of the register tile (keys for S, head-dim entries for P.V) for IV vectors.
+constexpr int tile_rows(int iv) {
+  const int r = (kRegs - 8) / iv;
+  return r > 12 ? 12 : r;
+}
+
+// Calls f(std::integral_constant<int, n>) for a runtime 1 <= n <= N.
+template <int N, typename F> inline void dispatch(int n, F&& f) {
+  if constexpr (N >= 1) {
+    if (n == N) {
+      f(std::integral_constant<int, N>{});
+      return;
+    }
+    dispatch<N - 1>(n, f);
+  }
+}
+
+// st[jt][:] = Qt^T . K[jt] for JT keys (st row stride ld, K row stride dim); raises
+// the per-lane block max bmax to cover them.
+template <typename A, int IV, int JT>
+inline void score_tile(const A* __restrict qt, int64_t ld, const A* __restrict kp,
+                       int64_t dim, A* __restrict st, Vec<A>* bmax) {
+  using V = Vec<A>;
+  constexpr int W = kLanes<A>;
+  V acc[JT][IV];
+  for (int jt = 0; jt < JT; ++jt)
+    for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = V{};
+  for (int64_t d = 0; d < dim; ++d) {
+    V qv[IV];
+    for (int iv = 0; iv < IV; ++iv) qv[iv] = vload<V>(qt + d * ld + iv * W);
+    for (int jt = 0; jt < JT; ++jt) {
+      const V kk = splat<V>(kp[jt * dim + d]);
+      for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = vfma(qv[iv], kk, acc[jt][iv]);
+    }
+  }
+  for (int jt = 0; jt < JT; ++jt)
+    for (int iv = 0; iv < IV; ++iv) {
+      vstore(st + jt * ld + iv * W, acc[jt][iv]);
+      bmax[iv] = acc[jt][iv] > bmax[iv] ? acc[jt][iv] : bmax[iv];
+    }
+}
+
+// ot[dt][:] = ot[dt][:] * factor + sum_j V[j][dt] * pt[j][:] for DT head-dim rows.
+template <typename A, int IV, int DT>
+inline void pv_tile(const A* __restrict pt, int64_t ld, int64_t nk, const A* __restrict vp,
+                    int64_t ldv, A* __restrict ot, const Vec<A>* factor) {
+  using V = Vec<A>;
+  constexpr int W = kLanes<A>;
+  V acc[DT][IV];
+  for (int dt = 0; dt < DT; ++dt)
+    for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vload<V>(ot + dt * ld + iv * W) * factor[iv];
+  for (int64_t j = 0; j < nk; ++j) {
+    V p[IV];
+    for (int iv = 0; iv < IV; ++iv) p[iv] = vload<V>(pt + j * ld + iv * W);
+    for (int dt = 0; dt < DT; ++dt) {
+      const V vv = splat<V>(vp[j * ldv + dt]);
+      for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vfma(p[iv], vv, acc[dt][iv]);
+    }
+  }
+  for (int dt = 0; dt < DT; ++dt)
+    for (int iv = 0; iv < IV; ++iv) vstore(ot + dt * ld + iv * W, acc[dt][iv]);
+}
+
+// Unnormalised weights of one key row of scores, in place; adds them to `sum`.
+// OnlineSoftmax::weight lane-wise: exp(s - max), 0 for masked (-inf) scores. mx is the
+// running max, or 0 where that is still -inf: then every score so far is -inf (weight
+// exp(-inf) = 0) or NaN (stays NaN), as weight() has it.
+template <typename A, int IV>
+inline void weights_row(A* __restrict s, const Vec<A>* mx, Vec<A>* sum) {
+  using V = Vec<A>;
+  constexpr int W = kLanes<A>;
+  for (int iv = 0; iv < IV; ++iv) {
+    const V w = vexp(vload<V>(s + iv * W) - mx[iv]);
+    vstore(s + iv * W, w);
+    sum[iv] += w;
+  }
+}
+
+template <typename A> struct AlignedBuffer {
+  A* p = nullptr;
+  explicit AlignedBuffer(int64_t n)
+      : p(static_cast<A*>(::operator new(std::max<int64_t>(n, 1) * sizeof(A),
+                                         std::align_val_t(64)))) {}
+  ~AlignedBuffer() { ::operator delete(p, std::align_val_t(64)); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+};
+
+// Per-task scratch: O(block) memory.
+template <typename A> struct Workspace {
+  static constexpr int64_t kBq = int64_t(kMaxIV) * kLanes<A>;
+  int64_t dim;
+  AlignedBuffer<A> qt, ot, st, kb, vb;
+  Workspace(int64_t d, bool convert)
+      : dim(d), qt(d * kBq), ot(d * kBq), st(kBk * kBq),
+        kb(convert ? kBk * d : 0), vb(convert ? kBk * d : 0) {}
+};
+
+// One (batch*head, query block) task with IV vectors of query lanes.
+template <typename T, int IV>
+void attend_block(const AttentionShape& shape, const T* q, const T* k, const T* v, T* out,
+                  Acc<T>* lse, int64_t i0, int64_t rows, Workspace<Acc<T>>& ws) {
+  using A = Acc<T>;
+  using V = Vec<A>;
+  constexpr int W = kLanes<A>;
+  constexpr int64_t ld = int64_t(IV) * W;  // lanes in this block (>= rows)
+  constexpr bool kDirect = std::is_same_v<T, A>;
+  const int64_t dim = shape.head_dim;
+  const A scale = A(shape.scale);
+
+  A* qt = ws.qt.p;
+  A* ot = ws.ot.p;
+  A* st = ws.st.p;
+  for (int64_t i = 0; i < ld; ++i) {
+    if (i < rows) {
+      const T* qrow = q + (i0 + i) * dim;
+      for (int64_t d = 0; d < dim; ++d) qt[d * ld + i] = scale * load(qrow[d]);
+    } else {
+      for (int64_t d = 0; d < dim; ++d) qt[d * ld + i] = A(0);
+    }
+  }
+  std::fill(ot, ot + dim * ld, A(0));
+
+  OnlineSoftmax<A> os[ld];
+  int64_t lim[ld];  // key_end per lane; padded lanes copy the last real row
+  for (int64_t i = 0; i < ld; ++i) lim[i] = shape.key_end(i0 + std::min(i, rows - 1));
+  const int64_t kv_full = lim[0];     // keys [0, kv_full) are visible to every row
+  const int64_t kv_end = lim[ld - 1];  // no row sees a key at or past kv_end
+
+  constexpr int JT = tile_rows(IV);
+  constexpr int DT = tile_rows(IV);
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kBk) {
+    const int64_t nk = std::min(kBk, kv_end - j0);
+    const A* kp;
+    const A* vp;
+    if constexpr (kDirect) {
+      kp = k + j0 * dim;
+      vp = v + j0 * dim;
+    } else {
+      const T* ks = k + j0 * dim;
+      const T* vs = v + j0 * dim;
+      for (int64_t e = 0; e < nk * dim; ++e) ws.kb.p[e] = load(ks[e]);
+      for (int64_t e = 0; e < nk * dim; ++e) ws.vb.p[e] = load(vs[e]);
+      kp = ws.kb.p;
+      vp = ws.vb.p;
+    }
+
+    // S^T = K_blk . Qt, and the block max per lane.
+    const A ninf = -std::numeric_limits<A>::infinity();
+    V m[IV];
+    for (int iv = 0; iv < IV; ++iv) m[iv] = splat<V>(ninf);
+    int64_t j = 0;
+    for (; j + JT <= nk; j += JT)
+      score_tile<A, IV, JT>(qt, ld, kp + j * dim, dim, st + j * ld, m);
+    if (j < nk)
+      dispatch<JT - 1>(int(nk - j), [&](auto c) {
+        score_tile<A, IV, decltype(c)::value>(qt, ld, kp + j * dim, dim, st + j * ld, m);
+      });
+
+    // Causal mask on blocks that cross the diagonal; the max is then taken again.
+    if (j0 + nk > kv_full) {
+      for (int iv = 0; iv < IV; ++iv) m[iv] = splat<V>(ninf);
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        A* srow = st + jj * ld;
+        for (int64_t i = 0; i < ld; ++i)
+          if (j0 + jj >= lim[i]) srow[i] = ninf;
+        for (int iv = 0; iv < IV; ++iv) {
+          const V s = vload<V>(srow + iv * W);
+          m[iv] = s > m[iv] ? s : m[iv];
+        }
+      }
+    }
+
+    // Online softmax per row: rescale by the block max, weights and their sums.
+    A lane[ld], lane_factor[ld], lane_max[ld];
+    for (int iv = 0; iv < IV; ++iv) vstore(lane + iv * W, m[iv]);
+    for (int64_t i = 0; i < ld; ++i) {
+      lane_factor[i] = os[i].rescale(lane[i]);
+      lane_max[i] = os[i].max == ninf ? A(0) : os[i].max;
+    }
+    V factor[IV], mx[IV], sum[IV];
+    for (int iv = 0; iv < IV; ++iv) {
+      factor[iv] = vload<V>(lane_factor + iv * W);
+      mx[iv] = vload<V>(lane_max + iv * W);
+      sum[iv] = V{};
+    }
+    for (int64_t jj = 0; jj < nk; ++jj) weights_row<A, IV>(st + jj * ld, mx, sum);
+    for (int iv = 0; iv < IV; ++iv) vstore(lane + iv * W, sum[iv]);
+    for (int64_t i = 0; i < ld; ++i) os[i].add(lane[i]);
+
+    // Ot = Ot * factor + V_blk^T . P^T
+    int64_t d = 0;
+    for (; d + DT <= dim; d += DT) pv_tile<A, IV, DT>(st, ld, nk, vp + d, dim, ot + d * ld, factor);
+    if (d < dim)
+      dispatch<DT - 1>(int(dim - d), [&](auto c) {
+        pv_tile<A, IV, decltype(c)::value>(st, ld, nk, vp + d, dim, ot + d * ld, factor);
+      });
+  }
+
+  for (int64_t i = 0; i < rows; ++i) {
+    const A norm = os[i].normaliser();
+    lse[i0 + i] = os[i].log_sum_exp();
+    T* orow = out + (i0 + i) * dim;
+    for (int64_t d = 0; d < dim; ++d) orow[d] = store<T>(ot[d * ld + i] * norm);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void attention(const Parallel& par, const AttentionShape& shape, const T* q, const T* k,
+               const T* v, T* out, Acc<T>* lse) {
+  using A = Acc<T>;
+  constexpr int W = kLanes<A>;
+  constexpr int64_t kBq = Workspace<A>::kBq;
+  const int64_t bh = shape.batch * shape.heads;
+  const int64_t sq = shape.seq_q, skv = shape.seq_kv, dim = shape.head_dim;
+  if (bh <= 0 || sq <= 0) return;
+  const int64_t nqb = (sq + kBq - 1) / kBq;
+  par.for_range(bh * nqb, 1, [&](int64_t t0, int64_t t1) {
+    Workspace<A> ws(dim, !std::is_same_v<T, A>);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t h = t / nqb, r = t % nqb;
+      // Interleave cheap and expensive (causal) query blocks so that any contiguous
+      // run of tasks carries a balanced amount of work.
+      const int64_t qb = (r % 2 == 0) ? r / 2 : nqb - 1 - r / 2;
+      const int64_t i0 = qb * kBq;
+      const int64_t rows = std::min(kBq, sq - i0);
+      const int64_t qo = h * sq * dim, ko = h * skv * dim;
+      dispatch<kMaxIV>(int((rows + W - 1) / W), [&](auto c) {
+        attend_block<T, decltype(c)::value>(shape, q + qo, k + ko, v + ko, out + qo,
+                                            lse + h * sq, i0, rows, ws);
+      });
+    }
+  });
+}
+
+#define OXIJAX_INSTANTIATE_ATTENTION(T)                                                 \
+  template void attention<T>(const Parallel&, const AttentionShape&, const T*, const T*, \
+                             const T*, T*, Acc<T>*);
+OXIJAX_FOR_EACH_DTYPE(OXIJAX_INSTANTIATE_ATTENTION)
+#undef OXIJAX_INSTANTIATE_ATTENTION
+
+}  // namespace oxijax::cpu

@@ -1,0 +1,198 @@
+// conv2d as an implicit GEMM on the engine of gemm_microkernel.h: per group g and image
+// n, out[g, n] (K x P*Q) = w[g] (K x C*R*S) @ im2col(x[g, n]) (C*R*S x P*Q).
+// The weights are packed once per group and shared by all tasks; each task owns a
+// range of output columns of one image and packs just that slice of the im2col
+// matrix straight from x, so no full im2col buffer ever exists.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "gemm_microkernel.h"
+#include "kernels.h"
+
+namespace oxijax::cpu {
+namespace {
+
+using namespace gemm_detail;
+
+constexpr double kMinTaskFlops = double(1 << 21);
+// Elements of a task's packed im2col slice (C*R*S x columns): about half of L2.
+constexpr int64_t kSliceElements = int64_t{1} << 17;
+
+// Lanes [a, b) of a panel row whose inputs lie inside the image: lane j reads
+// img[c * H * W + off + (j - a) * stride_w] for channel c. `bits` has bits a .. b-1 set.
+struct Run {
+  int64_t off;
+  int32_t a, b;
+  uint32_t bits;
+};
+
+#if defined(__AVX512F__)
+// Float / double with stride_w == 1 and at most two runs per panel row (an NR-column
+// panel spans at most two output rows when Q >= NR): one filter tap's rows for every
+// channel are two masked loads per vector, with masks and offsets held in registers.
+template <typename T>
+inline constexpr bool kMaskedCopy = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+template <int NR, typename A>
+void copy_tap(A* d, int64_t d_step, const A* channel, int64_t hw, int64_t channels,
+              const Run* run, int count) {
+  using S = Simd<A>;
+  constexpr int L = S::kLanes, NV = NR / L;
+  typename S::Mask mask[2][NV];
+  std::intptr_t at[2];  // byte offset of lane 0 from the channel start
+  for (int i = 0; i < 2; ++i) {
+    const bool live = i < count;
+    at[i] = live ? std::intptr_t(sizeof(A)) * (run[i].off - run[i].a) : 0;
+    for (int v = 0; v < NV; ++v)
+      mask[i][v] = static_cast<typename S::Mask>(live ? run[i].bits >> (v * L) : 0);
+  }
+  // Masked-off lanes are never touched, even where their address is outside x.
+  auto lanes = [](const A* ch, std::intptr_t bytes, int v) {
+    return reinterpret_cast<const A*>(reinterpret_cast<std::intptr_t>(ch) + bytes) + v * L;
+  };
+  for (int64_t c = 0; c < channels; ++c, channel += hw, d += d_step) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      typename S::V x = S::maskz_load(mask[0][v], lanes(channel, at[0], v));
+      x = S::mask_load(x, mask[1][v], lanes(channel, at[1], v));
+      S::store(d + v * L, x);
+    }
+  }
+}
+#else
+template <typename T> inline constexpr bool kMaskedCopy = false;
+template <int NR, typename A>
+void copy_tap(A*, int64_t, const A*, int64_t, int64_t, const Run*, int) {}
+#endif
+
+// Packs columns [j0, j0 + cols) of the im2col matrix of one image (C x H x W) as NR
+// column panels over all K blocks, zero padding the panels past `cols`. `runs` and
+// `counts` have room for R * S * NR and R * S entries.
+template <int NR, typename T, typename A>
+void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_t j0,
+                 int64_t cols, const KBlocks& kb, Run* runs, int* counts) {
+  const int64_t taps = s.r * s.s, hw = s.h * s.w;
+  [[maybe_unused]] const bool masked = kMaskedCopy<T> && s.stride_w == 1;
+  for (int64_t jp = 0; jp < width; jp += NR) {
+    // The runs of every filter tap (r, t): the panel's columns split where they wrap
+    // to the next output row, clipped to the image.
+    const int64_t end = std::min(cols, jp + NR);
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      const int64_t r = tap / s.s, t = tap % s.s;
+      int n = 0;
+      for (int64_t j = jp; j < end;) {
+        const int64_t p = (j0 + j) / s.q, q0 = (j0 + j) % s.q;
+        const int64_t len = std::min(s.q - q0, end - j);
+        const int64_t h = p * s.stride_h - s.pad_h + r;
+        const int64_t w0 = q0 * s.stride_w - s.pad_w + t;  // input column of column q0
+        const int64_t lo = std::min(len, w0 >= 0 ? 0 : ceil_div(-w0, s.stride_w));
+        const int64_t hi = std::min(len, w0 < s.w ? ceil_div(s.w - w0, s.stride_w) : 0);
+        if (h >= 0 && h < s.h && lo < hi) {
+          const int32_t a = int32_t(j - jp + lo), b = int32_t(j - jp + hi);
+          const uint32_t bits = uint32_t((uint64_t{1} << b) - (uint64_t{1} << a));
+          runs[tap * NR + n++] = {h * s.w + w0 + lo * s.stride_w, a, b, bits};
+        }
+        j += len;
+      }
+      counts[tap] = n;
+    }
+    const bool fast = masked && *std::max_element(counts, counts + taps) <= 2;
+    for (int64_t b = 0; b < kb.count; ++b) {
+      const int64_t k0 = kb.begin(b), kc = kb.depth(b);
+      A* d = dst + k0 * width + jp * kc;
+      if constexpr (kMaskedCopy<T>) {
+        if (fast) {
+          // Tap by tap: rows k = c * taps + tap of this block, for every channel c.
+          for (int64_t tap = 0; tap < taps; ++tap) {
+            const int64_t c0 = k0 <= tap ? 0 : ceil_div(k0 - tap, taps);
+            const int64_t c1 = k0 + kc <= tap ? 0 : (k0 + kc - 1 - tap) / taps + 1;
+            if (c1 > c0)
+              copy_tap<NR>(d + (c0 * taps + tap - k0) * NR, taps * NR, img + c0 * hw, hw,
+                           c1 - c0, runs + tap * NR, counts[tap]);
+          }
+          continue;
+        }
+      }
+      int64_t c = k0 / taps, tap = k0 % taps;  // row k0 of im2col is channel c, tap `tap`
+      for (int64_t kk = 0; kk < kc; ++kk, d += NR) {
+        const Run* run = runs + tap * NR;
+        const int n = counts[tap];
+        const T* channel = img + c * hw;
+        if (++tap == taps) tap = 0, ++c;
+        for (int j = 0; j < NR; ++j) d[j] = A(0);
+        for (int i = 0; i < n; ++i) {
+          const T* src = channel + run[i].off;
+          for (int j = run[i].a; j < run[i].b; ++j) d[j] = load(src[(j - run[i].a) * s.stride_w]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* out) {
+  using A = Acc<T>;
+  constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
+  const int64_t cols = s.p * s.q, kd = s.c * s.r * s.s, m = s.k;
+  const int64_t images = s.groups * s.n;
+  if (images == 0 || m == 0 || cols == 0) return;
+  if (kd == 0) {
+    par.for_range(images * m * cols, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) out[i] = store<T>(A(0));
+    });
+    return;
+  }
+  const KBlocks kb(kd, Blocking<A>::kKC);
+  const int64_t mw = round_up(m, MR), hw = s.h * s.w;
+
+  // Groups whose packed weights fit the budget are done together.
+  const int64_t group_step = std::clamp<int64_t>(kPackBudget<A> / (mw * kd), 1, s.groups);
+
+  // Output columns per task: a slice of about kSliceElements, or less when that
+  // would leave threads without work.
+  const int64_t col_tiles = ceil_div(cols, NR), step_images = group_step * s.n;
+  int64_t slice_tiles = std::clamp<int64_t>(kSliceElements / (kd * NR), 1, col_tiles);
+  const int64_t want = 4 * par.threads();
+  if (step_images * ceil_div(col_tiles, slice_tiles) < want)
+    slice_tiles = ceil_div(col_tiles, ceil_div(want, step_images));
+  const int64_t slices = ceil_div(col_tiles, slice_tiles), slice = slice_tiles * NR;
+  const double slice_flops = 2.0 * double(m) * double(kd) * double(slice);
+
+  Scratch<A> wpack(group_step * mw * kd);
+  for (int64_t g0 = 0; g0 < s.groups; g0 += group_step) {
+    const int64_t gn = std::min(group_step, s.groups - g0);
+    par.for_range(gn, ceil_div(int64_t{1} << 15, mw * kd), [&](int64_t begin, int64_t end) {
+      for (int64_t g = begin; g < end; ++g)
+        pack_panels<MR>(wpack.data() + g * mw * kd, mw, w + (g0 + g) * m * kd, kd, 1, m, 0,
+                        mw, kb);
+    });
+    par.for_range(gn * s.n * slices, int64_t(kMinTaskFlops / slice_flops) + 1,
+                  [&](int64_t begin, int64_t end) {
+      Scratch<A> bpack(kd * slice);
+      std::vector<Run> runs(s.r * s.s * NR);
+      std::vector<int> counts(s.r * s.s);
+      Scratch<A> scratch(std::is_same_v<T, A> ? 0 : Blocking<A>::kMC * slice);
+      for (int64_t u = begin; u < end; ++u) {
+        const int64_t g = u / (s.n * slices), n = u / slices % s.n, j0 = u % slices * slice;
+        const int64_t nc = std::min(slice, cols - j0), width = round_up(nc, NR);
+        const int64_t image = (g0 + g) * s.n + n;
+        pack_im2col<NR>(bpack.data(), width, x + image * s.c * hw, s, j0, nc, kb, runs.data(),
+                        counts.data());
+        const Target<T> t{out + image * m * cols + j0, nullptr, cols, A(1), A(0)};
+        compute_region<T>(wpack.data() + g * mw * kd, mw, bpack.data(), width, kb, 0, m, 0,
+                          nc, t, scratch.data());
+      }
+    });
+  }
+}
+
+#define OXIJAX_INSTANTIATE(T) \
+  template void conv2d<T>(const Parallel&, const ConvShape&, const T*, const T*, T*);
+OXIJAX_FOR_EACH_DTYPE(OXIJAX_INSTANTIATE)
+#undef OXIJAX_INSTANTIATE
+
+}  // namespace oxijax::cpu

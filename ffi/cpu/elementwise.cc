@@ -1,0 +1,280 @@
+// Elementwise kernels: unary ops over a contiguous array and binary ops with
+// broadcasting. The op is chosen once, outside the loops; every loop body calls the
+// functors of oxijax/math.h, so the math is the one shared with the CUDA kernels.
+//
+// Binary shapes are first simplified: dims of size 1 are dropped and adjacent dims
+// merged where both operands' strides allow it, so the common cases (same shape,
+// scalar operand, row / column broadcast) become one or two dims with a tight,
+// vectorisable inner loop whose operand strides (0 or 1) are compile-time constants.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels.h"
+#include "oxijax/math.h"
+
+// glibc's libmvec has SIMD versions of exp, log and tanh (1-4 ulp, like the scalar
+// ones give or take an ulp); glibc's <math.h> announces them only under -ffast-math.
+// Announcing them here lets GCC vectorise the loops around Unary<EXP/LOG/TANH/SIGMOID>
+// without touching the functors: without this, those loops make one scalar libm call
+// per element and run 4-10x slower. Needs glibc >= 2.35 (SIMD tanh) and libmvec at
+// link time (g++ links libm, whose linker script pulls libmvec in as needed).
+// Define OXIJAX_NO_LIBMVEC to build without it.
+#if !defined(OXIJAX_NO_LIBMVEC) && defined(__GNUC__) && !defined(__clang__) && \
+    defined(__x86_64__) && defined(__GLIBC__) && defined(__GLIBC_PREREQ)
+#if __GLIBC_PREREQ(2, 35)
+extern "C" {
+#define OXIJAX_SIMD_DECL __THROW __attribute__((__simd__("notinbranch")))
+float expf(float) OXIJAX_SIMD_DECL;
+float logf(float) OXIJAX_SIMD_DECL;
+float tanhf(float) OXIJAX_SIMD_DECL;
+double exp(double) OXIJAX_SIMD_DECL;
+double log(double) OXIJAX_SIMD_DECL;
+double tanh(double) OXIJAX_SIMD_DECL;
+#undef OXIJAX_SIMD_DECL
+}
+#endif
+#endif
+
+namespace oxijax::cpu {
+namespace {
+
+// Elements per parallel chunk at least: smaller arrays run on the calling thread.
+constexpr int64_t kGrain = int64_t{1} << 16;
+
+// ---------------------------------------------------------------- unary
+
+template <typename T, typename F>
+void unary_span(const T* x, T* y, int64_t n) {
+  const F f;
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(f(load(x[i])));
+}
+
+template <typename T, UnaryOp op>
+void unary_op(const Parallel& par, const T* x, T* y, int64_t n) {
+  par.for_range(n, kGrain, [&](int64_t begin, int64_t end) {
+    unary_span<T, Unary<op>>(x + begin, y + begin, end - begin);
+  });
+}
+
+// ---------------------------------------------------------------- binary
+
+// out[i] = f(a[i * SA], b[i * SB]) for i < n, with SA, SB in {0, 1}; -1 means the
+// stride is a runtime value.
+template <typename T, typename F, int SA, int SB>
+struct BinarySpan {
+  static void run(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
+    const F f;
+    if constexpr (SA == 1 && SB == 1) {
+      for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i]), load(b[i])));
+    } else if constexpr (SA == 0 && SB == 1) {
+      const auto av = load(a[0]);
+      for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(av, load(b[i])));
+    } else if constexpr (SA == 1 && SB == 0) {
+      const auto bv = load(b[0]);
+      for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i]), bv));
+    } else if constexpr (SA == 0 && SB == 0) {
+      const T v = store<T>(f(load(a[0]), load(b[0])));
+      for (int64_t i = 0; i < n; ++i) out[i] = v;
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i * sa]), load(b[i * sb])));
+    }
+  }
+};
+
+template <typename T, typename F>
+void (*pick_span(int64_t sa, int64_t sb))(const T*, int64_t, const T*, int64_t, T*, int64_t) {
+  if (sa == 1 && sb == 1) return &BinarySpan<T, F, 1, 1>::run;
+  if (sa == 0 && sb == 1) return &BinarySpan<T, F, 0, 1>::run;
+  if (sa == 1 && sb == 0) return &BinarySpan<T, F, 1, 0>::run;
+  if (sa == 0 && sb == 0) return &BinarySpan<T, F, 0, 0>::run;
+  return &BinarySpan<T, F, -1, -1>::run;
+}
+
+// The output's dims with size-1 dims dropped and mergeable neighbours merged.
+struct Simplified {
+  std::vector<int64_t> dims, sa, sb;
+  int64_t total = 1;
+};
+
+Simplified simplify(const BroadcastShape& shape) {
+  Simplified s;
+  for (int64_t d : shape.dims) s.total *= d;
+  if (s.total == 0) return s;
+  for (size_t d = 0; d < shape.dims.size(); ++d) {
+    const int64_t n = shape.dims[d];
+    if (n == 1) continue;
+    const int64_t sa = shape.a_strides[d], sb = shape.b_strides[d];
+    if (!s.dims.empty() && s.sa.back() == sa * n && s.sb.back() == sb * n) {
+      s.dims.back() *= n;
+      s.sa.back() = sa;
+      s.sb.back() = sb;
+    } else {
+      s.dims.push_back(n);
+      s.sa.push_back(sa);
+      s.sb.push_back(sb);
+    }
+  }
+  return s;
+}
+
+// A narrow last dim (a few elements) makes the per-row loop all overhead. Then the
+// last two dims [rows, inner] form one flat block, processed a few hundred elements
+// at a time: an operand contiguous over the block is read in place, any other is
+// first gathered into a small buffer (built once per block when it repeats every
+// row, as a broadcast row does), and a contiguous loop does the math.
+constexpr int64_t kNarrow = 32;      // inner dims below this use the block path
+constexpr int64_t kPiece = 512;      // elements per gathered piece
+
+template <typename T, typename F>
+struct NarrowBlock {
+  int64_t rows, inner;
+  int64_t pa, la, pb, lb;  // operand strides over [rows, inner]
+  using Span = void (*)(const T*, int64_t, const T*, int64_t, T*, int64_t);
+  Span generic;            // strides la, lb: partial rows
+  int64_t group;           // rows per piece
+
+  static bool flat(int64_t p, int64_t l, int64_t inner) { return l == 1 && p == inner; }
+
+  // buf[r * inner + j] = x[r * p + j * l] for r < nr, j < inner.
+  void gather(const T* x, int64_t p, int64_t l, int64_t nr, T* buf) const {
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t j = 0; j < inner; ++j) buf[r * inner + j] = x[r * p + j * l];
+  }
+
+  // Elements [k0, k1) of the block whose operands start at a and b.
+  void run(const T* a, const T* b, T* out, int64_t k0, int64_t k1) const {
+    const bool a_flat = flat(pa, la, inner), b_flat = flat(pb, lb, inner);
+    T abuf[kPiece], bbuf[kPiece];
+    bool a_built = false, b_built = false;
+    int64_t k = k0;
+    if (k % inner != 0) {  // finish a partial row
+      const int64_t r = k / inner, j = k % inner, len = std::min(inner - j, k1 - k);
+      generic(a + r * pa + j * la, la, b + r * pb + j * lb, lb, out + k, len);
+      k += len;
+    }
+    while (k1 - k >= inner) {
+      const int64_t r = k / inner, nr = std::min(group, (k1 - k) / inner), len = nr * inner;
+      const T* ap = a + k;
+      if (!a_flat) {
+        if (pa != 0) gather(a + r * pa, pa, la, nr, abuf);
+        else if (!a_built) gather(a, 0, la, group, abuf), a_built = true;
+        ap = abuf;
+      }
+      const T* bp = b + k;
+      if (!b_flat) {
+        if (pb != 0) gather(b + r * pb, pb, lb, nr, bbuf);
+        else if (!b_built) gather(b, 0, lb, group, bbuf), b_built = true;
+        bp = bbuf;
+      }
+      BinarySpan<T, F, 1, 1>::run(ap, 1, bp, 1, out + k, len);
+      k += len;
+    }
+    if (k < k1) {  // a partial last row
+      const int64_t r = k / inner;
+      generic(a + r * pa, la, b + r * pb, lb, out + k, k1 - k);
+    }
+  }
+};
+
+template <typename T, BinaryOp op>
+void binary_op(const Parallel& par, const BroadcastShape& shape, const T* a, const T* b,
+               T* out) {
+  using F = Binary<op>;
+  const Simplified s = simplify(shape);
+  if (s.total == 0) return;
+  const int rank = static_cast<int>(s.dims.size());
+  if (rank == 0) {  // every dim is 1: one element
+    out[0] = store<T>(F()(load(a[0]), load(b[0])));
+    return;
+  }
+  const int64_t inner = s.dims[rank - 1];
+  const int64_t isa = s.sa[rank - 1], isb = s.sb[rank - 1];
+  const auto span = pick_span<T, F>(isa, isb);
+  if (rank == 1) {
+    par.for_range(inner, kGrain, [&](int64_t begin, int64_t end) {
+      span(a + begin * isa, isa, b + begin * isb, isb, out + begin, end - begin);
+    });
+    return;
+  }
+  // The output is a sequence of blocks: the last dim, or the last two for a narrow
+  // last dim with enough rows.
+  NarrowBlock<T, F> narrow{};
+  const bool use_narrow = inner < kNarrow && s.dims[rank - 2] >= 2 * (kPiece / inner);
+  if (use_narrow) {
+    narrow.rows = s.dims[rank - 2];
+    narrow.inner = inner;
+    narrow.pa = s.sa[rank - 2];
+    narrow.pb = s.sb[rank - 2];
+    narrow.la = isa;
+    narrow.lb = isb;
+    narrow.generic = span;
+    narrow.group = kPiece / inner;
+  }
+  const int outer_rank = use_narrow ? rank - 2 : rank - 1;
+  const int64_t block = use_narrow ? inner * narrow.rows : inner;
+  // Flat chunks of the output; each walks the blocks' index like an odometer.
+  par.for_range(s.total, kGrain, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> index(outer_rank);
+    int64_t rest = begin / block, oa = 0, ob = 0;
+    for (int d = outer_rank - 1; d >= 0; --d) {
+      index[d] = rest % s.dims[d];
+      rest /= s.dims[d];
+      oa += index[d] * s.sa[d];
+      ob += index[d] * s.sb[d];
+    }
+    int64_t pos = begin, k0 = begin % block;
+    for (;;) {
+      const int64_t k1 = std::min(block, k0 + (end - pos));
+      T* block_out = out + (pos - k0);
+      if (use_narrow) narrow.run(a + oa, b + ob, block_out, k0, k1);
+      else span(a + oa + k0 * isa, isa, b + ob + k0 * isb, isb, block_out + k0, k1 - k0);
+      pos += k1 - k0;
+      if (pos >= end) break;
+      k0 = 0;
+      for (int d = outer_rank - 1; d >= 0; --d) {
+        oa += s.sa[d];
+        ob += s.sb[d];
+        if (++index[d] < s.dims[d]) break;
+        oa -= s.sa[d] * s.dims[d];
+        ob -= s.sb[d] * s.dims[d];
+        index[d] = 0;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void unary(const Parallel& par, UnaryOp op, const T* x, T* y, int64_t n) {
+  if (n <= 0) return;
+  switch (op) {
+#define OXIJAX_CASE(OP) \
+  case UnaryOp::OP: return unary_op<T, UnaryOp::OP>(par, x, y, n);
+    OXIJAX_CASE(RELU) OXIJAX_CASE(SIGMOID) OXIJAX_CASE(TANH) OXIJAX_CASE(EXP)
+    OXIJAX_CASE(LOG) OXIJAX_CASE(SQRT) OXIJAX_CASE(ABS) OXIJAX_CASE(NEG)
+#undef OXIJAX_CASE
+  }
+}
+
+template <typename T>
+void binary(const Parallel& par, BinaryOp op, const BroadcastShape& shape, const T* a,
+            const T* b, T* out) {
+  switch (op) {
+#define OXIJAX_CASE(OP) \
+  case BinaryOp::OP: return binary_op<T, BinaryOp::OP>(par, shape, a, b, out);
+    OXIJAX_CASE(ADD) OXIJAX_CASE(SUB) OXIJAX_CASE(MUL) OXIJAX_CASE(DIV)
+    OXIJAX_CASE(MAX) OXIJAX_CASE(MIN)
+#undef OXIJAX_CASE
+  }
+}
+
+#define OXIJAX_INSTANTIATE(T)                                                       \
+  template void unary<T>(const Parallel&, UnaryOp, const T*, T*, int64_t);          \
+  template void binary<T>(const Parallel&, BinaryOp, const BroadcastShape&, const T*, \
+                          const T*, T*);
+OXIJAX_FOR_EACH_DTYPE(OXIJAX_INSTANTIATE)
+#undef OXIJAX_INSTANTIATE
+
+}  // namespace oxijax::cpu

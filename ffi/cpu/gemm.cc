@@ -1,0 +1,206 @@
+// gemm: out = alpha * op(a) @ op(b) + beta * c for every batch index, on the packed
+// panel engine of gemm_microkernel.h.
+//
+// Each matrix is cut into super-blocks (rows_big x cols_big of the output) whose packed
+// A rows and B columns (all of K) fit kPackBudget. The threads are used one of two ways:
+//  - many or small matrices: each task runs whole matrices with its own buffers;
+//  - few large matrices: one matrix at a time; per super-block all threads first pack
+//    A and B into shared buffers (one for_range), then compute equal rectangles of the
+//    output from them (a second for_range). Nothing is packed twice, and the end of a
+//    for_range is the only synchronisation needed.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "gemm_microkernel.h"
+#include "kernels.h"
+
+namespace oxijax::cpu {
+namespace {
+
+using namespace gemm_detail;
+
+// A task should have at least this much work; smaller loops stay on one thread.
+constexpr double kMinTaskFlops = double(1 << 21);
+constexpr int64_t kMinPackElements = int64_t{1} << 15;
+
+// One batch item.
+template <typename T>
+struct Matrices {
+  const T* a;
+  const T* b;
+  const T* c;
+  T* out;
+};
+
+template <typename T>
+struct Plan {
+  using A = Acc<T>;
+  static constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
+
+  int64_t m, n, k;
+  // op(a)(i, kk) = a[i * a_rs + kk * a_cs];  op(b)(kk, j) = b[j * b_rs + kk * b_cs].
+  int64_t a_rs, a_cs, b_rs, b_cs;
+  A alpha, beta;
+  KBlocks kb;
+  int64_t rows_big, cols_big;  // super-block size, multiples of MR / NR
+
+  explicit Plan(const GemmShape& s)
+      : m(s.m), n(s.n), k(s.k),
+        a_rs(s.trans_a ? 1 : s.k), a_cs(s.trans_a ? s.m : 1),
+        b_rs(s.trans_b ? s.k : 1), b_cs(s.trans_b ? 1 : s.n),
+        alpha(A(s.alpha)), beta(A(s.beta)), kb(s.k, Blocking<A>::kKC) {
+    rows_big = even_block(m, kPackBudget<A> / k, MR);
+    cols_big = even_block(n, kPackBudget<A> / k, NR);
+  }
+
+  Target<T> target(const Matrices<T>& x, int64_t ib, int64_t jb) const {
+    return {x.out + ib * n + jb, x.c != nullptr ? x.c + ib * n + jb : nullptr, n, alpha, beta};
+  }
+  void pack_a(A* dst, int64_t width, const Matrices<T>& x, int64_t ib, int64_t rows,
+              int64_t i0, int64_t i1) const {
+    pack_panels<MR>(dst, width, x.a + ib * a_rs, a_rs, a_cs, rows, i0, i1, kb);
+  }
+  void pack_b(A* dst, int64_t width, const Matrices<T>& x, int64_t jb, int64_t cols,
+              int64_t j0, int64_t j1) const {
+    pack_panels<NR>(dst, width, x.b + jb * b_rs, b_rs, b_cs, cols, j0, j1, kb);
+  }
+};
+
+template <typename T>
+struct Workspace {
+  using A = Acc<T>;
+  Scratch<A> a, b, scratch;
+  explicit Workspace(const Plan<T>& p)
+      : a(p.rows_big * p.k), b(p.cols_big * p.k),
+        scratch(std::is_same_v<T, A> ? 0 : Blocking<A>::kMC * p.cols_big) {}
+};
+
+// One matrix on the calling thread.
+template <typename T>
+void gemm_serial(const Plan<T>& p, const Matrices<T>& x, Workspace<T>& ws) {
+  constexpr int MR = Plan<T>::MR, NR = Plan<T>::NR;
+  for (int64_t jb = 0; jb < p.n; jb += p.cols_big) {
+    const int64_t nb = std::min(p.cols_big, p.n - jb), nw = round_up(nb, NR);
+    p.pack_b(ws.b.data(), nw, x, jb, nb, 0, nw);
+    for (int64_t ib = 0; ib < p.m; ib += p.rows_big) {
+      const int64_t mb = std::min(p.rows_big, p.m - ib), mw = round_up(mb, MR);
+      p.pack_a(ws.a.data(), mw, x, ib, mb, 0, mw);
+      compute_region<T>(ws.a.data(), mw, ws.b.data(), nw, p.kb, 0, mb, 0, nb,
+                        p.target(x, ib, jb), ws.scratch.data());
+    }
+  }
+}
+
+// One matrix on all threads; ws.a / ws.b are shared, written only in the pack phase.
+template <typename T>
+void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>& x,
+                   Workspace<T>& ws) {
+  using A = Acc<T>;
+  constexpr int MR = Plan<T>::MR, NR = Plan<T>::NR;
+  const int64_t pieces = 4 * par.threads();
+  for (int64_t jb = 0; jb < p.n; jb += p.cols_big) {
+    const int64_t nb = std::min(p.cols_big, p.n - jb), nw = round_up(nb, NR);
+    for (int64_t ib = 0; ib < p.m; ib += p.rows_big) {
+      const int64_t mb = std::min(p.rows_big, p.m - ib), mw = round_up(mb, MR);
+      // Pack phase: A's panels, and B's when this column block starts, in pieces of
+      // about equal size.
+      const bool with_b = ib == 0;
+      const int64_t a_panels = mw / MR, b_panels = with_b ? nw / NR : 0;
+      const double a_share = double(mw) / double(mw + (with_b ? nw : 0));
+      const int64_t a_pieces =
+          with_b ? std::clamp<int64_t>(int64_t(pieces * a_share + 0.5), 1, pieces - 1) : pieces;
+      const int64_t a_chunk = ceil_div(a_panels, std::min(a_panels, a_pieces));
+      const int64_t a_units = ceil_div(a_panels, a_chunk);
+      const int64_t b_chunk =
+          with_b ? ceil_div(b_panels, std::min(b_panels, pieces - a_pieces)) : 1;
+      const int64_t b_units = with_b ? ceil_div(b_panels, b_chunk) : 0;
+      const int64_t unit_elems = std::max(a_chunk * MR, b_chunk * NR) * p.k;
+      par.for_range(a_units + b_units, ceil_div(kMinPackElements, unit_elems),
+                    [&](int64_t begin, int64_t end) {
+        for (int64_t u = begin; u < end; ++u) {
+          if (u < a_units) {
+            p.pack_a(ws.a.data(), mw, x, ib, mb, u * a_chunk * MR,
+                     std::min(a_panels, (u + 1) * a_chunk) * MR);
+          } else {
+            const int64_t v = u - a_units;
+            p.pack_b(ws.b.data(), nw, x, jb, nb, v * b_chunk * NR,
+                     std::min(b_panels, (v + 1) * b_chunk) * NR);
+          }
+        }
+      });
+      // Compute phase: equal rectangles of the output block, one per task.
+      int64_t rc, cc;
+      split_grid(a_panels, nw / NR, pieces, rc, cc);
+      const int64_t rp = ceil_div(a_panels, rc), cp = ceil_div(nw / NR, cc);
+      const double unit_flops = 2.0 * rc * MR * cc * NR * p.k;
+      const Target<T> t = p.target(x, ib, jb);
+      par.for_range(rp * cp, int64_t(kMinTaskFlops / unit_flops) + 1,
+                    [&](int64_t begin, int64_t end) {
+        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : Blocking<A>::kMC * cc * NR);
+        for (int64_t u = begin; u < end; ++u) {
+          const int64_t r0 = (u / cp) * rc * MR, c0 = (u % cp) * cc * NR;
+          compute_region<T>(ws.a.data(), mw, ws.b.data(), nw, p.kb, r0,
+                            std::min(mb, r0 + rc * MR), c0, std::min(nb, c0 + cc * NR), t,
+                            scratch.data());
+        }
+      });
+    }
+  }
+}
+
+int64_t batch_offset(const GemmShape& s, const std::vector<int64_t>& strides, int64_t item) {
+  int64_t offset = 0;
+  for (int64_t d = static_cast<int64_t>(s.batch_dims.size()) - 1; d >= 0; --d) {
+    offset += (item % s.batch_dims[d]) * strides[d];
+    item /= s.batch_dims[d];
+  }
+  return offset;
+}
+
+}  // namespace
+
+template <typename T>
+void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, const T* c,
+          T* out) {
+  using A = Acc<T>;
+  const int64_t batch = shape.batch_count(), mn = shape.m * shape.n;
+  if (batch == 0 || mn == 0) return;
+  const A beta = A(shape.beta);
+  if (shape.k == 0) {  // empty sum: out = beta * c
+    par.for_range(batch * mn, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        out[i] = store<T>(beta != A(0) ? beta * load(c[i]) : A(0));
+    });
+    return;
+  }
+  const Plan<T> p(shape);
+  const auto item = [&](int64_t i) {
+    return Matrices<T>{a + batch_offset(shape, shape.a_batch_strides, i),
+                       b + batch_offset(shape, shape.b_batch_strides, i),
+                       c != nullptr ? c + i * mn : nullptr, out + i * mn};
+  };
+  const double flops = 2.0 * double(mn) * double(shape.k);
+  const int64_t threads = par.threads();
+  // Whole matrices per task unless that leaves threads idle with big matrices to do.
+  const bool split_matrices = threads > 1 && flops >= 4 * kMinTaskFlops &&
+                              batch < 4 * threads && batch % threads != 0;
+  if (split_matrices) {
+    Workspace<T> ws(p);
+    for (int64_t i = 0; i < batch; ++i) gemm_parallel(par, p, item(i), ws);
+    return;
+  }
+  par.for_range(batch, int64_t(kMinTaskFlops / flops) + 1, [&](int64_t begin, int64_t end) {
+    Workspace<T> ws(p);
+    for (int64_t i = begin; i < end; ++i) gemm_serial(p, item(i), ws);
+  });
+}
+
+#define OXIJAX_INSTANTIATE(T)                                                          \
+  template void gemm<T>(const Parallel&, const GemmShape&, const T*, const T*, const T*, \
+                        T*);
+OXIJAX_FOR_EACH_DTYPE(OXIJAX_INSTANTIATE)
+#undef OXIJAX_INSTANTIATE
+
+}  // namespace oxijax::cpu

@@ -1,0 +1,41 @@
+// The CPU kernels. Each is a template over the element type T in {half, bfloat16,
+// float, double}, explicitly instantiated in its own file, and computes in Acc<T>.
+// Shapes arrive validated (see ffi/bindings/checks.h); kernels trust them.
+#pragma once
+
+#include <cstdint>
+
+#include "oxijax/numeric.h"
+#include "oxijax/ops.h"
+#include "oxijax/shapes.h"
+#include "parallel.h"
+
+namespace oxijax::cpu {
+
+template <typename T>
+void unary(const Parallel& par, UnaryOp op, const T* x, T* y, int64_t n);
+
+template <typename T>
+void binary(const Parallel& par, BinaryOp op, const BroadcastShape& shape,
+            const T* a, const T* b, T* out);
+
+template <typename T>
+void reduce(const Parallel& par, ReduceOp op, const ReduceShape& shape, const T* x, T* out);
+
+// c may be null when shape.beta == 0. c and out have the output's shape.
+template <typename T>
+void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b,
+          const T* c, T* out);
+
+template <typename T>
+void conv2d(const Parallel& par, const ConvShape& shape, const T* x, const T* w, T* out);
+
+// lse [batch, heads, seq_q] receives each row's log-sum-exp of the scaled scores
+// (-inf for a fully masked row), for the backward pass.
+template <typename T>
+void attention(const Parallel& par, const AttentionShape& shape, const T* q, const T* k,
+               const T* v, T* out, Acc<T>* lse);
+
+#define OXIJAX_FOR_EACH_DTYPE(X) X(half) X(bfloat16) X(float) X(double)
+
+}  // namespace oxijax::cpu

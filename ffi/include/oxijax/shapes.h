@@ -1,0 +1,60 @@
+// Problem descriptions passed from the FFI bindings (which validate them) to the
+// kernels of either platform. All sizes count elements; all layouts are row-major.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace oxijax {
+
+// out[..., m, n] = alpha * op(a) @ op(b) + beta * c, for every batch index.
+// op(a) is m x k: a is stored [..., m, k], or [..., k, m] when trans_a.
+// Batch dims broadcast like jnp.matmul: a stride of 0 repeats a matrix.
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  double alpha = 1.0, beta = 0.0;            // beta == 0: c is never read
+  std::vector<int64_t> batch_dims;           // the output's batch dims
+  std::vector<int64_t> a_batch_strides;      // element offset between a's matrices, per dim
+  std::vector<int64_t> b_batch_strides;
+  int64_t batch_count() const {
+    int64_t count = 1;
+    for (int64_t d : batch_dims) count *= d;
+    return count;
+  }
+};
+
+// Cross-correlation over `groups` independent problems:
+// x [groups, n, c, h, w] * w [groups, k, c, r, s] -> out [groups, n, k, p, q].
+struct ConvShape {
+  int64_t groups = 1, n = 0, c = 0, h = 0, w = 0;
+  int64_t k = 0, r = 0, s = 0, p = 0, q = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
+// q [batch, heads, seq_q, head_dim], k/v [batch, heads, seq_kv, head_dim].
+// Causal: query i sees key j iff j <= i + (seq_kv - seq_q) (bottom-right aligned).
+struct AttentionShape {
+  int64_t batch = 0, heads = 0, seq_q = 0, seq_kv = 0, head_dim = 0;
+  double scale = 1.0;
+  bool causal = false;
+  // Last key index (exclusive) that query row i may see.
+  int64_t key_end(int64_t i) const {
+    if (!causal) return seq_kv;
+    const int64_t end = i + (seq_kv - seq_q) + 1;
+    return end < 0 ? 0 : (end > seq_kv ? seq_kv : end);
+  }
+};
+
+// Elementwise a (op) b over the output's dims; strides are per output dim, 0 where
+// that operand is broadcast.
+struct BroadcastShape {
+  std::vector<int64_t> dims, a_strides, b_strides;
+};
+
+// x viewed as [outer, axis, inner] reduced over its middle dim into out [outer, inner].
+struct ReduceShape {
+  int64_t outer = 1, axis = 0, inner = 1;
+};
+
+}  // namespace oxijax

@@ -1,0 +1,134 @@
+"""`python -m oxijax` (or `oxijax`): info, a correctness check and the benchmark.
+
+With no subcommand it prints `info` and runs `check`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)  # float64 inputs and references
+
+import jax.numpy as jnp  # noqa: E402
+
+import oxijax  # noqa: E402
+from oxijax import _cases  # noqa: E402
+
+DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32, "float64": jnp.float64}
+# Largest relative error `check` accepts: a few roundings of the dtype.
+CHECK_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-4, "float64": 1e-10}
+
+
+def info() -> None:
+    build = oxijax.BUILD_INFO
+    print(f"oxijax {oxijax.__version__}  jax {jax.__version__}  FFI API {build['ffi_api_version']}")
+    print(f"  CPU kernels: {build['cpu_flags']}")
+    cuda = build["cuda_architectures"] if build["cuda"] else "not built"
+    print(f"  CUDA kernels: {cuda}")
+    print(f"  devices: {', '.join(str(d) for d in jax.devices())}")
+    for platform, targets in oxijax.REGISTERED_TARGETS.items():
+        print(f"  FFI targets on {platform}: {', '.join(sorted(targets))}")
+
+
+def median_seconds(fn, args, repeats: int) -> float:
+    """Median wall time of fn(*args) after a warm-up; NaN if XLA cannot run it here."""
+    try:
+        jax.block_until_ready(fn(*args))  # compile and warm up
+    except Exception:  # e.g. XLA:CPU has no float16 dot_general for attention
+        return float("nan")
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
+    print("  ".join(f"{title:>{width}}" for _, title, width in columns))
+    for row in rows:
+        print("  ".join(f"{row[key]:>{width}}" for key, _, width in columns))
+
+
+def check(dtypes: list[str]) -> int:
+    """Every op, jitted on the default device, against its jnp reference in float64."""
+    rows, failures = [], 0
+    for case in _cases.cases("small"):
+        for name in dtypes:
+            args = case.make_args(DTYPES[name])
+            ours = jax.jit(case.oxijax_fn)
+            xla = jax.jit(case.xla_fn)
+            expected = jax.jit(case.reference)(*(a.astype(jnp.float64) for a in args))
+            error = _cases.max_error(ours(*args), expected)
+            ok = error <= CHECK_TOLERANCE[name]
+            failures += not ok
+            rows.append({
+                "op": case.op, "dtype": name, "shape": case.shape, "error": f"{error:.2e}",
+                "ours": f"{median_seconds(ours, args, 5) * 1e3:.3f}",
+                "xla": f"{median_seconds(xla, args, 5) * 1e3:.3f}",
+                "status": "ok" if ok else "FAIL",
+            })
+    rows = [dict(r, ratio=f"{float(r['xla']) / max(float(r['ours']), 1e-9):.2f}") for r in rows]
+    rows = [dict(r, xla="n/a", ratio="n/a") if r["xla"] == "nan" else r for r in rows]
+    _table(rows, [("op", "op", "20"), ("dtype", "dtype", "8"), ("shape", "shape", "22"),
+                  ("error", "max rel err", "11"), ("ours", "oxijax ms", "9"), ("xla", "XLA ms", "9"),
+                  ("ratio", "XLA/oxijax", "10"), ("status", "", "4")])
+    print(f"\n{len(rows) - failures} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+def bench(dtypes: list[str], repeats: int, json_path: str | None) -> int:
+    """The large cases: oxijax vs XLA's own op in the same run (ratio > 1: oxijax faster)."""
+    rows = []
+    for case in _cases.cases("large"):
+        for name in dtypes:
+            args = case.make_args(DTYPES[name])
+            ours = median_seconds(jax.jit(case.oxijax_fn), args, repeats)
+            xla = median_seconds(jax.jit(case.xla_fn), args, repeats)
+            itemsize = jnp.dtype(DTYPES[name]).itemsize
+            if case.flops:
+                rate = f"{case.flops / ours / 1e9:.1f} GFLOP/s"
+            else:
+                rate = f"{case.bytes_moved * itemsize / ours / 1e9:.1f} GB/s"
+            rows.append({"op": case.op, "dtype": name, "shape": case.shape,
+                         "oxijax_ms": ours * 1e3, "xla_ms": xla * 1e3, "rate": rate,
+                         "ratio": xla / ours})
+            print(f"  {case.op:<20} {name:<8} {case.shape:<28} oxijax {ours * 1e3:9.3f} ms"
+                  f"  XLA {xla * 1e3:9.3f} ms  {rate:>16}  XLA/oxijax {xla / ours:5.2f}", flush=True)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"device": str(jax.devices()[0]), "jax": jax.__version__,
+                       "date": time.strftime("%Y-%m-%d"), "results": rows}, f, indent=1)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="oxijax", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("info", help="versions, build, devices and registered FFI targets")
+    check_p = sub.add_parser("check", help="every op against its jnp reference")
+    check_p.add_argument("--dtype", action="append", choices=list(DTYPES))
+    bench_p = sub.add_parser("bench", help="oxijax vs XLA timings")
+    bench_p.add_argument("--dtype", action="append", choices=list(DTYPES))
+    bench_p.add_argument("--repeats", type=int, default=10)
+    bench_p.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        info()
+        return 0
+    if args.command == "bench":
+        return bench(args.dtype or ["float32"], args.repeats, args.json)
+    if args.command is None:
+        info()
+        print()
+    return check(getattr(args, "dtype", None) or list(DTYPES))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""attention: softmax(scale * q k^T) v, fused with an online softmax."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from oxijax import _checks, _primitive
+
+
+def _abstract_eval(q, k, v, *, scale, causal):
+    lse_dtype = jnp.float64 if q.dtype == jnp.float64 else jnp.float32
+    return (
+        jax.core.ShapedArray(q.shape, q.dtype),
+        jax.core.ShapedArray(q.shape[:3], lse_dtype),
+    )
+
+
+def _batching(args, dims, **params):
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    # vmap's axis joins the kernel's batch axis: [V, B, ...] -> [V * B, ...].
+    q, k, v = (_primitive.move_batch_to_front(x, d, size) for x, d in zip(args, dims))
+    merged = [x.reshape(size * x.shape[1], *x.shape[2:]) for x in (q, k, v)]
+    out, lse = attention_p.bind(*merged, **params)
+    return (out.reshape(size, -1, *out.shape[1:]), lse.reshape(size, -1, *lse.shape[1:])), (0, 0)
+
+
+attention_p = _primitive.define(
+    "attention", abstract_eval=_abstract_eval, batching_rule=_batching, multiple_results=True
+)
+
+
+def attention(
+    q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False
+) -> jax.Array:
+    """``softmax(scale * q @ k^T) @ v`` over the last two axes, fused.
+
+    ``q`` is [B, H, Sq, D], ``k`` and ``v`` are [B, H, Skv, D]; the result is [B, H, Sq, D].
+    ``scale`` multiplies the scores (default ``1/sqrt(D)``; positive and finite). With
+    ``causal``, query ``i`` sees key ``j`` iff ``j <= i + (Skv - Sq)`` (bottom-right
+    aligned); a query that sees no key gets zeros. The Sq x Skv scores are never stored.
+    """
+    q, k, v = (_checks.array(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _checks.rank(name, x, "4 (B, H, S, D)", x.ndim == 4)
+    dtype = _checks.same_dtype(q=q, k=k, v=v)
+    if k.shape != v.shape:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
+    b, h, sq, d = q.shape
+    if (k.shape[0], k.shape[1], k.shape[3]) != (b, h, d):
+        raise ValueError(
+            f"k {tuple(k.shape)} must match q {tuple(q.shape)} in batch, heads and head_dim"
+        )
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        if d == 0:
+            raise ValueError("head_dim of 0 has no default scale; pass scale")
+        scale = 1.0 / math.sqrt(d)
+    scale = _checks.static_float("scale", scale)
+    if scale <= 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    if q.size == 0 or k.shape[2] == 0:
+        return jnp.zeros(q.shape, dtype)
+    out, _ = attention_p.bind(q, k, v, scale=scale, causal=causal)
+    return out

@@ -1,0 +1,115 @@
+"""The ops paired with their XLA equivalents, for `python -m oxijax check` and `bench`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import oxijax
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    op: str
+    shape: str
+    make_args: Callable[[jnp.dtype], tuple]
+    oxijax_fn: Callable
+    xla_fn: Callable
+    flops: float = 0.0        # useful floating-point work, for TFLOP/s
+    bytes_moved: float = 0.0  # minimum memory traffic in elements, for GB/s
+    reference_fn: Callable | None = None  # float64 reference for `check`; default xla_fn
+
+    @property
+    def reference(self) -> Callable:
+        return self.reference_fn or self.xla_fn
+
+
+def _normal(shape, dtype, seed):
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), dtype)
+
+
+def _bhsd_attention(q, k, v, causal=False):
+    swap = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731 - jax.nn wants [B, S, H, D]
+    return swap(jax.nn.dot_product_attention(swap(q), swap(k), swap(v), is_causal=causal))
+
+
+def _attention_jnp(q, k, v, causal=False):
+    """Plain jnp attention that keeps the inputs' precision (jax.nn's softmax is float32)."""
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    if causal:
+        sq, skv = q.shape[2], k.shape[2]
+        visible = jnp.arange(skv)[None, :] <= jnp.arange(sq)[:, None] + (skv - sq)
+        scores = jnp.where(visible, scores, -jnp.inf)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+
+
+def _conv_xla(x, w, stride=(1, 1), padding=(1, 1)):
+    return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding])
+
+
+def cases(size: str) -> list[Case]:
+    """Cases of one size: "small" (quick correctness check) or "large" (benchmark)."""
+    big = size == "large"
+    n_elem = 1 << 24 if big else 4099
+    gemm_n = 1024 if big else 67
+    conv = (8, 64, 56, 56, 64) if big else (2, 5, 11, 9, 7)
+    att = (1, 8, 1024, 64) if big else (2, 3, 37, 16)
+    rows = 4096 if big else 63
+
+    def vec(dtype, count=1):
+        return tuple(_normal((n_elem,), dtype, s) for s in range(count))
+
+    n, c, h, w, k = conv
+    b, heads, s, d = att
+    conv_flops = 2.0 * n * k * h * w * c * 9
+    att_flops = 4.0 * b * heads * s * s * d
+    return [
+        Case("unary relu", f"{n_elem}", vec, lambda x: oxijax.relu(x), jax.nn.relu, bytes_moved=2 * n_elem),
+        Case("unary exp", f"{n_elem}", vec, lambda x: oxijax.exp(x), jnp.exp, bytes_moved=2 * n_elem),
+        Case("unary tanh", f"{n_elem}", vec, lambda x: oxijax.tanh(x), jnp.tanh, bytes_moved=2 * n_elem),
+        Case("binary add", f"{n_elem}", lambda t: vec(t, 2), oxijax.add, jnp.add, bytes_moved=3 * n_elem),
+        Case("binary max (bcast)", f"{rows}x{rows} , {rows}",
+             lambda t: (_normal((rows, rows), t, 0), _normal((rows,), t, 1)),
+             oxijax.maximum, jnp.maximum, bytes_moved=2 * rows * rows),
+        Case("reduce sum (all)", f"{n_elem}", vec, lambda x: oxijax.sum(x, 0), lambda x: jnp.sum(x, 0),
+             bytes_moved=n_elem),
+        Case("reduce sum axis 0", f"{rows}x{rows}", lambda t: (_normal((rows, rows), t, 0),),
+             lambda x: oxijax.sum(x, 0), lambda x: jnp.sum(x, 0), bytes_moved=rows * rows),
+        Case("reduce max axis 1", f"{rows}x{rows}", lambda t: (_normal((rows, rows), t, 0),),
+             lambda x: oxijax.max(x, 1), lambda x: jnp.max(x, 1), bytes_moved=rows * rows),
+        Case("gemm", f"{gemm_n}^3", lambda t: (_normal((gemm_n, gemm_n), t, 0), _normal((gemm_n, gemm_n), t, 1)),
+             oxijax.matmul, jnp.matmul, flops=2.0 * gemm_n**3),
+        Case("gemm T,N batched", f"8x{gemm_n // 4}^3",
+             lambda t: (_normal((8, gemm_n // 4, gemm_n // 4), t, 0), _normal((8, gemm_n // 4, gemm_n // 4), t, 1)),
+             lambda a, b: oxijax.gemm(a, b, trans_a="T"), lambda a, b: jnp.swapaxes(a, -1, -2) @ b,
+             flops=2.0 * 8 * (gemm_n // 4) ** 3),
+        Case("conv2d 3x3 pad 1", f"{n}x{c}x{h}x{w} * {k}x{c}x3x3",
+             lambda t: (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1)),
+             lambda x, wt: oxijax.conv2d(x, wt, padding=1), _conv_xla, flops=conv_flops),
+        Case("attention", f"B{b} H{heads} S{s} D{d}",
+             lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),
+             oxijax.attention, _bhsd_attention, flops=att_flops, reference_fn=_attention_jnp),
+        Case("attention causal", f"B{b} H{heads} S{s} D{d}",
+             lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),
+             lambda q, k, v: oxijax.attention(q, k, v, causal=True),
+             lambda q, k, v: _bhsd_attention(q, k, v, causal=True), flops=att_flops / 2,
+             reference_fn=lambda q, k, v: _attention_jnp(q, k, v, causal=True)),
+    ]
+
+
+def max_error(actual, expected) -> float:
+    """Largest |difference| relative to the reference's magnitude (NaN if they disagree on NaN)."""
+    a = np.asarray(jnp.asarray(actual, jnp.float64))
+    e = np.asarray(jnp.asarray(expected, jnp.float64))
+    if a.shape != e.shape or not np.array_equal(np.isnan(a), np.isnan(e)):
+        return math.nan
+    finite = np.isfinite(e)
+    if not np.array_equal(a[~finite], e[~finite]):
+        return math.inf
+    scale = max(np.max(np.abs(e[finite]), initial=0.0), 1e-30)
+    return float(np.max(np.abs(a[finite] - e[finite]), initial=0.0) / scale)

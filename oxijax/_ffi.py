@@ -1,0 +1,23 @@
+"""Loads the compiled extension and registers its FFI handlers with XLA."""
+
+from __future__ import annotations
+
+import jax
+
+from oxijax import _oxijax
+
+_PLATFORMS = {"cpu": "cpu", "CUDA": "cuda"}  # FFI platform name -> jax lowering platform
+
+
+def _register() -> dict[str, list[str]]:
+    registered: dict[str, list[str]] = {}
+    for platform, targets in _oxijax.registrations().items():
+        for name, capsule in targets.items():
+            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+            registered.setdefault(_PLATFORMS[platform], []).append(name)
+    return registered
+
+
+#: Lowering platform -> FFI target names registered on it.
+REGISTERED_TARGETS = _register()
+BUILD_INFO = dict(_oxijax.build_info())

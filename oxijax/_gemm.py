@@ -1,0 +1,122 @@
+"""gemm: alpha * op(a) @ op(b) + beta * c, batched and broadcast like jnp.matmul."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from oxijax import _checks, _primitive
+from oxijax._enums import Transpose
+
+
+def _matrix_dims(shape, trans: Transpose) -> tuple[int, int]:
+    rows, cols = shape[-2:]
+    return (cols, rows) if trans is not Transpose.N else (rows, cols)
+
+
+def _abstract_eval(a, b, *c, trans_a, trans_b, alpha, beta):
+    m, _ = _matrix_dims(a.shape, trans_a)
+    _, n = _matrix_dims(b.shape, trans_b)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return jax.core.ShapedArray((*batch, m, n), a.dtype)
+
+
+def _batching(args, dims, **params):
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    a, b, *c = args
+    a_dim, b_dim, *c_dim = dims
+    # a and b keep equal ranks with a leading batch axis: an unbatched one gets a size-1
+    # axis, which the kernel broadcasts (stride 0) instead of copying.
+    lifted = [
+        x[None] if d is None else jnp.moveaxis(x, d, 0)
+        for x, d in ((a, a_dim), (b, b_dim))
+    ]
+    if c:
+        out_shape = _abstract_eval(*lifted, **params).shape
+        out_shape = (size, *out_shape[1:])
+        lifted.append(_primitive.move_batch_to_front(c[0], c_dim[0], size))
+        lifted[-1] = jnp.broadcast_to(lifted[-1], out_shape)
+    return gemm_p.bind(*lifted, **params), 0
+
+
+gemm_p = _primitive.define("gemm", abstract_eval=_abstract_eval, batching_rule=_batching)
+
+
+def gemm(
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    trans_a: Transpose | str = "N",
+    trans_b: Transpose | str = "N",
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> jax.Array:
+    """``alpha * op(a) @ op(b) + beta * c``, row-major like ``jnp.matmul``.
+
+    ``op(x)`` is ``x``, or its transpose over the last two axes for ``"T"``/``"C"``.
+    Leading axes are batch axes and broadcast like ``jnp.matmul``; ``c`` broadcasts to the
+    result. With ``beta == 0``, ``c`` is not read (NaN in it does not leak).
+    ``alpha`` and ``beta`` are static Python numbers.
+    """
+    trans_a = Transpose.parse(trans_a, "trans_a")
+    trans_b = Transpose.parse(trans_b, "trans_b")
+    alpha = _checks.static_float("alpha", alpha)
+    beta = _checks.static_float("beta", beta)
+    a, b = _checks.array("a", a), _checks.array("b", b)
+    _checks.rank("a", a, ">= 2", a.ndim >= 2)
+    _checks.rank("b", b, ">= 2", b.ndim >= 2)
+    dtype = _checks.same_dtype(a=a, b=b)
+    m, k = _matrix_dims(a.shape, trans_a)
+    k_b, n = _matrix_dims(b.shape, trans_b)
+    if k != k_b:
+        raise ValueError(
+            f"inner dimensions differ: op(a) is {m}x{k} (a {tuple(a.shape)}, trans_a={trans_a.name})"
+            f" but op(b) is {k_b}x{n} (b {tuple(b.shape)}, trans_b={trans_b.name})"
+        )
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"batch dims of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast"
+        ) from None
+    out_shape = (*batch, m, n)
+    if beta != 0.0:
+        if c is None:
+            raise ValueError("c is required when beta != 0")
+        c = _checks.array("c", c)
+        _checks.same_dtype(a=a, c=c)
+        try:
+            c = jnp.broadcast_to(c, out_shape)
+        except ValueError:
+            raise ValueError(
+                f"c of shape {tuple(c.shape)} does not broadcast to the result {out_shape}"
+            ) from None
+    if 0 in out_shape:
+        return jnp.zeros(out_shape, dtype)
+    if k == 0:  # an empty sum: only the beta * c term is left
+        return (beta * c).astype(dtype) if beta != 0.0 else jnp.zeros(out_shape, dtype)
+    rank = len(out_shape)
+    a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+    b = b.reshape((1,) * (rank - b.ndim) + b.shape)
+    operands = (a, b, c) if beta != 0.0 else (a, b)
+    return gemm_p.bind(
+        *operands, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta
+    )
+
+
+def matmul(a: Any, b: Any) -> jax.Array:
+    """``a @ b`` like ``jnp.matmul`` (1-D operands are promoted and squeezed back)."""
+    a, b = _checks.array("a", a), _checks.array("b", b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul operands must have rank >= 1 (use mul for scalars)")
+    vector_a, vector_b = a.ndim == 1, b.ndim == 1
+    result = gemm(a[None] if vector_a else a, b[:, None] if vector_b else b)
+    if vector_b:
+        result = result[..., 0]
+    if vector_a:
+        result = result[..., 0, :] if not vector_b else result[..., 0]
+    return result

@@ -1,0 +1,80 @@
+"""Building blocks for oxijax's JAX primitives.
+
+Each op is a primitive of its own (``oxijax_gemm`` ...) with an abstract evaluation, a
+lowering to its FFI target on every platform with registered handlers, and a batching
+rule that folds vmap's axis into the kernel's own batch dimension.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+
+from oxijax._enums import _OpEnum
+from oxijax._ffi import REGISTERED_TARGETS
+
+
+def _as_attribute(value: Any) -> Any:
+    """Python parameter -> the FFI attribute type its handler decodes."""
+    if isinstance(value, _OpEnum):
+        return np.int32(int(value))
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return np.int64(value)
+    if isinstance(value, float):
+        return np.float64(value)
+    raise TypeError(f"no FFI attribute type for {value!r}")
+
+
+def _ffi_lowering(target: str) -> Callable[..., Any]:
+    lower = jax.ffi.ffi_lowering(target)
+
+    def rule(ctx, *operands, **params):
+        return lower(ctx, *operands, **{k: _as_attribute(v) for k, v in params.items()})
+
+    return rule
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(primitive: Primitive, params: tuple[tuple[str, Any], ...]) -> Callable[..., Any]:
+    return jax.jit(functools.partial(primitive.bind, **dict(params)))
+
+
+def define(
+    name: str,
+    *,
+    abstract_eval: Callable[..., Any],
+    batching_rule: Callable[..., Any],
+    multiple_results: bool = False,
+) -> Primitive:
+    """Creates ``oxijax_<name>``, lowered to the FFI target of the same name.
+
+    Parameters passed to ``bind`` must be hashable; they become FFI attributes.
+    """
+    primitive = Primitive(f"oxijax_{name}")
+    primitive.multiple_results = multiple_results
+    # Eager calls run the op through a cached single-op jit, as JAX's own primitives do.
+    primitive.def_impl(
+        lambda *args, **params: _compiled(primitive, tuple(sorted(params.items())))(*args)
+    )
+    primitive.def_abstract_eval(abstract_eval)
+    batching.primitive_batchers[primitive] = batching_rule
+    target = f"oxijax_{name}"
+    for platform, targets in REGISTERED_TARGETS.items():
+        if target in targets:
+            mlir.register_lowering(primitive, _ffi_lowering(target), platform=platform)
+    return primitive
+
+
+def move_batch_to_front(x: jax.Array, bdim: int | None, size: int) -> jax.Array:
+    """x with vmap's axis first; an unbatched x gets a broadcast leading axis."""
+    if bdim is None:
+        return jax.numpy.broadcast_to(x, (size, *x.shape))
+    return jax.numpy.moveaxis(x, bdim, 0)

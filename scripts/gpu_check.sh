@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One-shot check on a GPU machine without internet (jax with CUDA already installed):
+# build against the installed jaxlib, run the tests (GPU ones must not skip), then the
+# benchmark. Logs and a JSON of benchmark results go to $OUT when it is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+
+export OXIJAX_REQUIRE_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+python -m pip install --no-build-isolation --no-deps . 2>&1 | tail -n 20 | tee "$out/build.log"
+python -m oxijax info 2>&1 | tee "$out/info.log"
+# Run from outside the source tree so the installed package (with its extension) is used.
+(cd tests && python -m pytest -q -x -p no:cacheprovider --rootdir=. . 2>&1) | tee "$out/tests.log"
+python -m oxijax bench --dtype float32 --dtype bfloat16 --json "$out/bench.json" 2>&1 | tee "$out/bench.log"

@@ -1,0 +1,71 @@
+"""Shared test helpers: float64 is on, inputs are drawn per dtype, and results are
+compared with an independent float64 reference at a tolerance fitting the dtype."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("default", max_examples=25, deadline=None)
+settings.register_profile("slow", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64]
+DTYPE_IDS = ["f16", "bf16", "f32", "f64"]
+
+# Relative tolerance of one result, as a fraction of the reference's magnitude: a little
+# above one rounding of the output plus float32 (or float64) accumulation error.
+TOLERANCE = {
+    np.dtype(jnp.float16): 4e-3,
+    np.dtype(jnp.bfloat16): 2e-2,
+    np.dtype(jnp.float32): 2e-5,
+    np.dtype(jnp.float64): 1e-12,
+}
+
+
+@pytest.fixture(params=DTYPES, ids=DTYPE_IDS)
+def dtype(request):
+    return request.param
+
+
+def random(shape, dtype, seed=0, low=-2.0, high=2.0):
+    """Uniform values in [low, high), exactly representable in dtype."""
+    values = np.random.default_rng(seed).uniform(low, high, size=shape)
+    return jnp.asarray(values, dtype=dtype)
+
+
+def f64(x) -> np.ndarray:
+    return np.asarray(jnp.asarray(x).astype(jnp.float64))
+
+
+def assert_close(actual, expected, dtype, scale=None, factor=1.0):
+    """|actual - expected| <= tol * (|expected| + scale), NaN and inf matching exactly.
+
+    `scale` defaults to the largest finite |expected| (errors of sums are relative to
+    the magnitude of their terms, not of the result)."""
+    actual, expected = f64(actual), np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if expected.size == 0:
+        return
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected), "NaN positions differ")
+    np.testing.assert_array_equal(actual[~finite & ~np.isnan(expected)],
+                                  expected[~finite & ~np.isnan(expected)], "infinities differ")
+    if scale is None:
+        scale = np.max(np.abs(expected[finite]), initial=0.0)
+    tol = TOLERANCE[np.dtype(dtype)] * factor
+    err = np.abs(actual[finite] - expected[finite])
+    bound = tol * (np.abs(expected[finite]) + scale) + np.finfo(np.float64).tiny
+    worst = np.argmax(err - bound) if err.size else 0
+    assert np.all(err <= bound), (
+        f"max error {err.max():.3g} above tolerance (worst: got {actual[finite][worst]!r}, "
+        f"expected {expected[finite][worst]!r})"
+    )

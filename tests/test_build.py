@@ -1,0 +1,69 @@
+"""The extension and the shared math header, as built."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import oxijax
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ["unary", "binary", "reduce", "gemm", "conv2d", "attention"]
+
+
+def test_every_op_is_registered_on_cpu():
+    assert sorted(oxijax.REGISTERED_TARGETS["cpu"]) == sorted(f"oxijax_{op}" for op in OPS)
+
+
+def test_build_info():
+    info = oxijax.BUILD_INFO
+    assert isinstance(info["cuda"], bool)
+    major, minor = info["ffi_api_version"]
+    assert (major, minor) >= (0, 1)
+
+
+# The op math must compile for the GPU too: one definition serves both (issue 3 adds
+# the kernels that use it). This compiles every functor in a device function.
+DEVICE_USE = r"""
+#include "oxijax/math.h"
+#include "oxijax/numeric.h"
+using namespace oxijax;
+template <UnaryOp op> __device__ float u(float x) { return Unary<op>{}(x); }
+template <BinaryOp op> __device__ double b(double x, double y) { return Binary<op>{}(x, y); }
+template <ReduceOp op> __device__ float r(float x, float y) {
+  return Reducer<op>::finish(Reducer<op>::combine(Reducer<op>::template identity<float>(), Reducer<op>::combine(x, y)), 2);
+}
+__global__ void all_ops(float* out, const half* h, const bfloat16* bf) {
+  float x = load(h[0]) + load(bf[0]);
+  x += u<UnaryOp::RELU>(x) + u<UnaryOp::SIGMOID>(x) + u<UnaryOp::TANH>(x) + u<UnaryOp::EXP>(x)
+     + u<UnaryOp::LOG>(x) + u<UnaryOp::SQRT>(x) + u<UnaryOp::ABS>(x) + u<UnaryOp::NEG>(x);
+  x += float(b<BinaryOp::ADD>(x, 1) + b<BinaryOp::SUB>(x, 1) + b<BinaryOp::MUL>(x, 2)
+     + b<BinaryOp::DIV>(x, 2) + b<BinaryOp::MAX>(x, 0) + b<BinaryOp::MIN>(x, 0));
+  x += r<ReduceOp::SUM>(x, 1) + r<ReduceOp::MAX>(x, 1) + r<ReduceOp::MIN>(x, 1) + r<ReduceOp::MEAN>(x, 1);
+  OnlineSoftmax<float> softmax;
+  float factor = softmax.rescale(x);
+  softmax.add(softmax.weight(x));
+  out[0] = load(store<half>(x * factor * softmax.normaliser() + softmax.log_sum_exp()));
+  out[1] = load(store<bfloat16>(x));
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="nvcc is not installed")
+def test_shared_math_compiles_for_cuda(tmp_path):
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    source = tmp_path / "device_use.cu"
+    source.write_text(DEVICE_USE)
+    result = subprocess.run(
+        [nvcc, "-std=c++17", "-arch=sm_80", "-c", str(source), "-o", str(tmp_path / "d.o"),
+         "-I", str(ROOT / "ffi" / "include")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_import_in_fresh_interpreter():
+    code = "import oxijax, jax.numpy as jnp; print(float(oxijax.sum(jnp.ones(3), 0)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "3.0"

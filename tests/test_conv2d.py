@@ -1,0 +1,79 @@
+"""conv2d against lax.conv_general_dilated in float64."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import assert_close, f64, random
+
+import oxijax
+
+
+def reference(x, w, stride, padding):
+    out = jax.lax.conv_general_dilated(
+        jnp.asarray(f64(x)), jnp.asarray(f64(w)), stride,
+        [(padding[0], padding[0]), (padding[1], padding[1])],
+        precision=jax.lax.Precision.HIGHEST)
+    return f64(out)
+
+
+CASES = [
+    # (N, C, H, W), (K, R, S), stride, padding
+    ((1, 1, 1, 1), (1, 1, 1), (1, 1), (0, 0)),
+    ((1, 1, 5, 5), (1, 3, 3), (1, 1), (1, 1)),
+    ((2, 3, 9, 7), (4, 3, 3), (2, 1), (1, 0)),
+    ((1, 2, 8, 8), (3, 5, 5), (1, 1), (2, 2)),
+    ((3, 5, 11, 13), (7, 1, 1), (1, 1), (0, 0)),
+    ((2, 4, 10, 10), (5, 3, 2), (3, 2), (0, 1)),
+    ((1, 16, 17, 19), (33, 3, 3), (1, 1), (1, 1)),
+    ((2, 3, 4, 4), (2, 4, 4), (1, 1), (0, 0)),
+    ((1, 1, 3, 3), (1, 3, 3), (1, 1), (2, 2)),
+    ((2, 32, 14, 14), (64, 3, 3), (2, 2), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding", CASES, ids=str)
+def test_conv2d_matches_lax(x_shape, w_shape, stride, padding, dtype):
+    x = random(x_shape, dtype, seed=1)
+    k, r, s = w_shape
+    w = random((k, x_shape[1], r, s), dtype, seed=2)
+    actual = jax.jit(oxijax.conv2d, static_argnames=("stride", "padding"))(
+        x, w, stride=stride, padding=padding)
+    expected = reference(x, w, stride, padding)
+    assert actual.dtype == x.dtype
+    terms = x_shape[1] * r * s
+    assert_close(actual, expected, dtype, scale=4.0 * np.sqrt(terms))
+
+
+def test_int_stride_and_padding():
+    x, w = random((1, 2, 7, 7), jnp.float64, 1), random((3, 2, 3, 3), jnp.float64, 2)
+    np.testing.assert_allclose(oxijax.conv2d(x, w, stride=2, padding=1),
+                               reference(x, w, (2, 2), (1, 1)), rtol=1e-12)
+
+
+def test_zero_sizes():
+    assert oxijax.conv2d(jnp.zeros((0, 2, 5, 5)), jnp.zeros((3, 2, 3, 3))).shape == (0, 3, 3, 3)
+    np.testing.assert_array_equal(oxijax.conv2d(jnp.zeros((1, 0, 5, 5)), jnp.zeros((3, 0, 3, 3))),
+                                  np.zeros((1, 3, 3, 3)))
+    assert oxijax.conv2d(jnp.zeros((1, 2, 5, 5)), jnp.zeros((0, 2, 3, 3))).shape == (1, 0, 3, 3)
+
+
+def test_nan_propagates():
+    x = random((1, 1, 4, 4), jnp.float32).at[0, 0, 1, 1].set(jnp.nan)
+    out = np.asarray(oxijax.conv2d(x, jnp.ones((1, 1, 2, 2), jnp.float32)))
+    assert np.isnan(out[0, 0, :2, :2]).all() and not np.isnan(out[0, 0, 2:, :]).any()
+
+
+@pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0), (1, 2)], ids=str)
+def test_vmap_folds_into_kernel(in_axes):
+    x, w = random((3, 2, 4, 6, 6), jnp.float64, 1), random((3, 5, 4, 3, 3), jnp.float64, 2)
+    xs = jnp.moveaxis(x, 0, in_axes[0]) if in_axes[0] is not None else x[0]
+    ws = jnp.moveaxis(w, 0, in_axes[1]) if in_axes[1] is not None else w[0]
+    fn = lambda x, w: oxijax.conv2d(x, w, padding=1)  # noqa: E731
+    got = jax.vmap(fn, in_axes=in_axes)(xs, ws)
+    for i in range(3):
+        xi = x[i] if in_axes[0] is not None else x[0]
+        wi = w[i] if in_axes[1] is not None else w[0]
+        np.testing.assert_allclose(got[i], reference(xi, wi, (1, 1), (1, 1)), rtol=1e-12, atol=1e-12)
+    jaxpr = jax.make_jaxpr(jax.vmap(fn, in_axes=in_axes))(xs, ws)
+    assert sum(e.primitive.name == "oxijax_conv2d" for e in jaxpr.eqns) == 1

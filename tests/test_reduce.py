@@ -1,0 +1,90 @@
+"""reduce against NumPy float64 references, every axis position, NaN and empty axes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import assert_close, f64, random
+
+import oxijax
+from oxijax import ReduceOp
+
+REFERENCE = {ReduceOp.SUM: np.sum, ReduceOp.MAX: np.max, ReduceOp.MIN: np.min, ReduceOp.MEAN: np.mean}
+CASES = [((1,), 0), ((7,), 0), ((7,), -1), ((3, 5), 0), ((3, 5), 1), ((2, 3, 4), 1),
+         ((4, 1, 6), 1), ((2, 3, 5, 7), 2), ((1, 1), 0), ((33, 129), 0), ((33, 129), 1),
+         ((5000,), 0), ((2, 3000, 3), 1)]
+
+
+@pytest.mark.parametrize("op", list(ReduceOp), ids=lambda o: o.name.lower())
+@pytest.mark.parametrize("shape,axis", CASES, ids=str)
+def test_reduce_matches_numpy(op, shape, axis, dtype):
+    x = random(shape, dtype, seed=3)
+    expected = REFERENCE[op](f64(x), axis=axis)
+    actual = jax.jit(oxijax.reduce, static_argnums=(1, 2))(x, op, axis)
+    assert actual.dtype == x.dtype
+    # Sums are accurate relative to the magnitude of their terms, not of the result.
+    terms = np.max(np.abs(f64(x)), initial=0.0)
+    if op is ReduceOp.SUM:
+        terms *= np.sqrt(x.shape[axis])
+    assert_close(actual, expected, dtype, scale=terms)
+
+
+@pytest.mark.parametrize("op", [ReduceOp.MAX, ReduceOp.MIN, ReduceOp.SUM, ReduceOp.MEAN],
+                         ids=lambda o: o.name.lower())
+def test_nan_propagates_like_jnp(op, dtype):
+    x = np.arange(12.0).reshape(3, 4)
+    x[1, 2] = np.nan
+    x = jnp.asarray(x, dtype=dtype)
+    for axis in (0, 1):
+        expected = f64(getattr(jnp, op.name.lower())(x.astype(jnp.float64), axis=axis))
+        assert_close(oxijax.reduce(x, op, axis), expected, dtype)
+
+
+def test_infinities(dtype):
+    x = jnp.asarray([[np.inf, 1.0], [-np.inf, 2.0], [np.inf, -np.inf]], dtype=dtype)
+    np.testing.assert_array_equal(f64(oxijax.max(x, 1)), [np.inf, 2.0, np.inf])
+    np.testing.assert_array_equal(f64(oxijax.min(x, 1)), [1.0, -np.inf, -np.inf])
+    np.testing.assert_array_equal(np.isnan(f64(oxijax.sum(x, 0))), [True, False])
+
+
+def test_empty_axis():
+    x = jnp.zeros((3, 0, 2), jnp.float32)
+    np.testing.assert_array_equal(oxijax.sum(x, 1), np.zeros((3, 2)))
+    assert np.all(np.isnan(oxijax.mean(x, 1)))
+    for op in ("max", "min"):
+        with pytest.raises(ValueError, match="size 0"):
+            oxijax.reduce(x, op, 1)
+    assert oxijax.sum(x, 0).shape == (0, 2)
+    assert oxijax.max(x, 2).shape == (3, 0)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16], ids=["f16", "bf16"])
+def test_half_types_accumulate_in_float32(dtype):
+    # 4096 ones: a float16 / bfloat16 accumulator would stall at 2048 / 256.
+    x = jnp.ones((4096,), dtype)
+    assert f64(oxijax.sum(x, 0)) == 4096.0
+    np.testing.assert_array_equal(f64(oxijax.mean(x, 0)), 1.0)
+
+
+def test_large_float32_sum_is_accurate():
+    x = random((1 << 22,), jnp.float32, seed=5, low=0.0, high=1.0)
+    expected = np.sum(f64(x))
+    assert abs(float(oxijax.sum(x, 0)) - expected) <= 1e-5 * expected
+
+
+def test_aliases_and_negative_axis():
+    x = random((3, 4, 5), jnp.float32)
+    for name in ("sum", "max", "min", "mean"):
+        np.testing.assert_array_equal(getattr(oxijax, name)(x, -2), oxijax.reduce(x, name, 1))
+
+
+def test_vmap_keeps_batch_axis_in_place():
+    x = random((4, 5, 6), jnp.float64)
+    for in_axis in range(3):
+        for axis in range(2):
+            got = jax.vmap(lambda t: oxijax.sum(t, axis), in_axes=in_axis)(x)
+            want = jnp.sum(jnp.moveaxis(x, in_axis, 0), axis=axis + 1)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+    jaxpr = jax.make_jaxpr(jax.vmap(lambda t: oxijax.mean(t, 0), in_axes=2))(x)
+    names = [e.primitive.name for e in jaxpr.eqns]
+    assert names.count("oxijax_reduce") == 1 and "reduce_sum" not in names
