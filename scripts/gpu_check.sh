@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One-shot check on a GPU machine without internet (jax with CUDA already installed):
-# build against the installed jaxlib, run the tests (GPU ones must not skip), then the
-# benchmark. Logs and a JSON of benchmark results go to $OUT when it is set.
+# build against the installed jaxlib, run the test suite, then the benchmark. Logs and a
+# JSON of benchmark results go to $OUT when it is set. (The CUDA kernels and their GPU
+# tests arrive with issue 3; until then this checks the CPU path on that machine.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$(mktemp -d)}"
 mkdir -p "$out"
 
-export OXIJAX_REQUIRE_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 python -m pip install --no-build-isolation --no-deps . 2>&1 | tail -n 20 | tee "$out/build.log"
 python -m oxijax info 2>&1 | tee "$out/info.log"
 # Run from outside the source tree so the installed package (with its extension) is used.

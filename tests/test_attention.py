@@ -91,3 +91,22 @@ def test_vmap_folds_into_kernel_batch(in_axes):
         np.testing.assert_allclose(got[i], reference(qi, ki, vi, 1 / np.sqrt(8), True), rtol=1e-12)
     jaxpr = jax.make_jaxpr(jax.vmap(fn, in_axes=in_axes))(*args)
     assert sum(e.primitive.name == "oxijax_attention" for e in jaxpr.eqns) == 1
+
+
+def test_long_sequence_many_key_blocks():
+    check(1, 2, 700, 1100, 64, jnp.float32, True)
+    check(1, 1, 513, 513, 128, jnp.bfloat16, False)
+
+
+def test_composes_with_other_ops_under_jit():
+    q, k, v = (random((1, 2, 40, 16), jnp.float32, s) for s in (1, 2, 3))
+    w = random((16, 16), jnp.float32, 4)
+
+    @jax.jit
+    def layer(q, k, v, w):
+        h = oxijax.attention(q, k, v, causal=True)
+        return oxijax.mean(oxijax.relu(oxijax.gemm(h, w)), -1)
+
+    h = reference(q, k, v, 0.25, True)
+    expected = np.maximum(h @ f64(w), 0.0).mean(-1)
+    np.testing.assert_allclose(layer(q, k, v, w), expected, rtol=1e-4, atol=1e-5)

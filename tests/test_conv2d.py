@@ -77,3 +77,9 @@ def test_vmap_folds_into_kernel(in_axes):
         np.testing.assert_allclose(got[i], reference(xi, wi, (1, 1), (1, 1)), rtol=1e-12, atol=1e-12)
     jaxpr = jax.make_jaxpr(jax.vmap(fn, in_axes=in_axes))(xs, ws)
     assert sum(e.primitive.name == "oxijax_conv2d" for e in jaxpr.eqns) == 1
+
+
+def test_benchmark_sized_layer():
+    x, w = random((2, 64, 30, 30), jnp.float32, 1), random((64, 64, 3, 3), jnp.float32, 2)
+    assert_close(oxijax.conv2d(x, w, padding=1), reference(x, w, (1, 1), (1, 1)), jnp.float32,
+                 scale=4.0 * np.sqrt(64 * 9))

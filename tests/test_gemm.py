@@ -124,3 +124,21 @@ def test_vmap_folds_into_kernel_batch():
 def test_shows_as_its_own_primitive():
     a = random((2, 2), jnp.float32)
     assert "oxijax_gemm" in str(jax.make_jaxpr(oxijax.gemm)(a, a))
+
+
+def test_large_single_matrix_takes_the_blocked_parallel_path():
+    # Large enough that one matrix is cut into several packed blocks shared by threads.
+    check(1100, 1030, 1200, jnp.float32, "N", "T", alpha=0.5, beta=1.5)
+    check(150, 140, 20000, jnp.float32, "T", "N")
+
+
+def test_concurrent_calls_from_threads_agree():
+    from concurrent.futures import ThreadPoolExecutor
+
+    a, b = random((8, 300, 200), jnp.float32, 1), random((200, 250), jnp.float32, 2)
+    fn = jax.jit(oxijax.matmul)
+    expected = np.asarray(fn(a, b))
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: np.asarray(fn(a, b)), range(16)))
+    for result in results:
+        np.testing.assert_array_equal(result, expected)
