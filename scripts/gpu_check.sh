@@ -10,7 +10,9 @@ mkdir -p "$out"
 
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 python -m pip install --no-build-isolation --no-deps . 2>&1 | tail -n 20 | tee "$out/build.log"
+# From here on, run outside the source tree so that the installed package (with its
+# compiled extension) is imported, not ./oxijax.
+cd tests
 python -m oxijax info 2>&1 | tee "$out/info.log"
-# Run from outside the source tree so the installed package (with its extension) is used.
-(cd tests && python -m pytest -q -x -p no:cacheprovider --rootdir=. . 2>&1) | tee "$out/tests.log"
+python -m pytest -q -x -p no:cacheprovider --rootdir=. . 2>&1 | tee "$out/tests.log"
 python -m oxijax bench --dtype float32 --dtype bfloat16 --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
