@@ -23,6 +23,7 @@ class Case:
     flops: float = 0.0        # useful floating-point work, for TFLOP/s
     bytes_moved: float = 0.0  # minimum memory traffic in elements, for GB/s
     reference_fn: Callable | None = None  # float64 reference for `check`; default xla_fn
+    tolerance_factor: float = 1.0  # > 1 where the op trades precision on purpose (TF32)
 
     @property
     def reference(self) -> Callable:
@@ -82,8 +83,13 @@ def cases(size: str) -> list[Case]:
              lambda x: oxijax.sum(x, 0), lambda x: jnp.sum(x, 0), bytes_moved=rows * rows),
         Case("reduce max axis 1", f"{rows}x{rows}", lambda t: (_normal((rows, rows), t, 0),),
              lambda x: oxijax.max(x, 1), lambda x: jnp.max(x, 1), bytes_moved=rows * rows),
+        # Like with like: exact float32 against HIGHEST, TF32 against XLA's GPU default.
         Case("gemm", f"{gemm_n}^3", lambda t: (_normal((gemm_n, gemm_n), t, 0), _normal((gemm_n, gemm_n), t, 1)),
-             oxijax.matmul, jnp.matmul, flops=2.0 * gemm_n**3),
+             oxijax.matmul, lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST),
+             flops=2.0 * gemm_n**3),
+        Case("gemm tf32", f"{gemm_n}^3", lambda t: (_normal((gemm_n, gemm_n), t, 0), _normal((gemm_n, gemm_n), t, 1)),
+             lambda a, b: oxijax.gemm(a, b, precision="tf32"), jnp.matmul, flops=2.0 * gemm_n**3,
+             tolerance_factor=50.0),
         Case("gemm T,N batched", f"8x{gemm_n // 4}^3",
              lambda t: (_normal((8, gemm_n // 4, gemm_n // 4), t, 0), _normal((8, gemm_n // 4, gemm_n // 4), t, 1)),
              lambda a, b: oxijax.gemm(a, b, trans_a="T"), lambda a, b: jnp.swapaxes(a, -1, -2) @ b,

@@ -18,6 +18,16 @@ def _register() -> dict[str, list[str]]:
     return registered
 
 
+def cuda_available() -> bool:
+    """Whether this build has CUDA kernels and JAX sees a CUDA GPU to run them on."""
+    if "cuda" not in REGISTERED_TARGETS:
+        return False
+    try:
+        return bool(jax.devices("cuda"))
+    except RuntimeError:
+        return False
+
+
 #: Lowering platform -> FFI target names registered on it.
 REGISTERED_TARGETS = _register()
 BUILD_INFO = dict(_oxijax.build_info())

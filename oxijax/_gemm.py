@@ -17,7 +17,7 @@ def _matrix_dims(shape, trans: Transpose) -> tuple[int, int]:
     return (cols, rows) if trans is not Transpose.N else (rows, cols)
 
 
-def _abstract_eval(a, b, *c, trans_a, trans_b, alpha, beta):
+def _abstract_eval(a, b, *c, trans_a, trans_b, alpha, beta, allow_tf32):
     m, _ = _matrix_dims(a.shape, trans_a)
     _, n = _matrix_dims(b.shape, trans_b)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
@@ -54,16 +54,21 @@ def gemm(
     trans_b: Transpose | str = "N",
     alpha: float = 1.0,
     beta: float = 0.0,
+    precision: str = "highest",
 ) -> jax.Array:
     """``alpha * op(a) @ op(b) + beta * c``, row-major like ``jnp.matmul``.
 
     ``op(x)`` is ``x``, or its transpose over the last two axes for ``"T"``/``"C"``.
     Leading axes are batch axes and broadcast like ``jnp.matmul``; ``c`` broadcasts to the
     result. With ``beta == 0``, ``c`` is not read (NaN in it does not leak).
-    ``alpha`` and ``beta`` are static Python numbers.
+    ``alpha`` and ``beta`` are static Python numbers. float32 is exact by default
+    (``precision="highest"``); ``precision="tf32"`` lets GPUs use TF32 tensor cores
+    (as XLA's default float32 matmul does). Other dtypes and the CPU ignore it.
     """
     trans_a = Transpose.parse(trans_a, "trans_a")
     trans_b = Transpose.parse(trans_b, "trans_b")
+    if precision not in ("highest", "tf32"):
+        raise ValueError(f"precision must be 'highest' or 'tf32', got {precision!r}")
     alpha = _checks.static_float("alpha", alpha)
     beta = _checks.static_float("beta", beta)
     a, b = _checks.array("a", a), _checks.array("b", b)
@@ -104,7 +109,8 @@ def gemm(
     b = b.reshape((1,) * (rank - b.ndim) + b.shape)
     operands = (a, b, c) if beta != 0.0 else (a, b)
     return gemm_p.bind(
-        *operands, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta
+        *operands, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+        allow_tf32=precision == "tf32",
     )
 
 

@@ -31,6 +31,19 @@ TOLERANCE = {
 }
 
 
+@pytest.fixture
+def gpu():
+    """The first CUDA device; skips without one, fails instead with OXIJAX_REQUIRE_GPU=1."""
+    from oxijax._ffi import cuda_available
+
+    if not cuda_available():
+        message = "no CUDA GPU (or oxijax was built without CUDA kernels)"
+        if os.environ.get("OXIJAX_REQUIRE_GPU") == "1":
+            pytest.fail(f"OXIJAX_REQUIRE_GPU=1 but {message}")
+        pytest.skip(message)
+    return jax.devices("cuda")[0]
+
+
 @pytest.fixture(params=DTYPES, ids=DTYPE_IDS)
 def dtype(request):
     return request.param

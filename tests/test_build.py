@@ -1,5 +1,6 @@
 """The extension and the shared math header, as built."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,18 @@ OPS = ["unary", "binary", "reduce", "gemm", "conv2d", "attention"]
 
 def test_every_op_is_registered_on_cpu():
     assert sorted(oxijax.REGISTERED_TARGETS["cpu"]) == sorted(f"oxijax_{op}" for op in OPS)
+
+
+def _nvcc():
+    return shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+
+
+@pytest.mark.skipif(_nvcc() is None or os.environ.get("OXIJAX_CUDA") == "OFF",
+                    reason="built without nvcc (or with OXIJAX_CUDA=OFF)")
+def test_cuda_kernels_are_built_and_registered():
+    assert oxijax.BUILD_INFO["cuda"] is True
+    assert "80" in oxijax.BUILD_INFO["cuda_architectures"]
+    assert sorted(oxijax.REGISTERED_TARGETS["cuda"]) == sorted(f"oxijax_{op}" for op in OPS)
 
 
 def test_build_info():
@@ -51,10 +64,9 @@ __global__ void all_ops(float* out, const half* h, const bfloat16* bf) {
 """
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                    reason="nvcc is not installed")
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc is not installed")
 def test_shared_math_compiles_for_cuda(tmp_path):
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    nvcc = _nvcc()
     source = tmp_path / "device_use.cu"
     source.write_text(DEVICE_USE)
     result = subprocess.run(

@@ -112,6 +112,18 @@ ffi::Error check_reduce(const ffi::AnyBuffer& x, const ffi::AnyBuffer& out,
   return ffi::Error::Success();
 }
 
+ffi::Error gemm_operands(const ffi::RemainingArgs& operands, std::optional<ffi::AnyBuffer>& a,
+                         std::optional<ffi::AnyBuffer>& b, std::optional<ffi::AnyBuffer>& c) {
+  if (operands.size() != 2 && operands.size() != 3)
+    return invalid("gemm takes a, b and optionally c");
+  for (size_t i = 0; i < operands.size(); ++i) {
+    auto buffer = operands.get<ffi::AnyBuffer>(i);
+    if (!buffer) return invalid("gemm operands must be buffers");
+    (i == 0 ? a : i == 1 ? b : c) = *buffer;
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error check_gemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
                                    const ffi::AnyBuffer* c, const ffi::AnyBuffer& out,
                                    Transpose trans_a, Transpose trans_b, double alpha,

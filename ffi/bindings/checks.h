@@ -4,6 +4,8 @@
 // things at trace time; these checks are the second line, for direct ffi_call users.
 #pragma once
 
+#include <optional>
+
 #include "common.h"
 #include "oxijax/shapes.h"
 
@@ -16,6 +18,10 @@ ffi::Error check_binary(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
 
 ffi::Error check_reduce(const ffi::AnyBuffer& x, const ffi::AnyBuffer& out,
                                        ReduceOp op, int64_t axis, ReduceShape& shape);
+
+// Splits gemm's variadic operands into a, b and (when beta != 0) c.
+ffi::Error gemm_operands(const ffi::RemainingArgs& operands, std::optional<ffi::AnyBuffer>& a,
+                         std::optional<ffi::AnyBuffer>& b, std::optional<ffi::AnyBuffer>& c);
 
 // `c` is absent when beta == 0 (it is then never read).
 ffi::Error check_gemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,

@@ -5,7 +5,7 @@
 #include "checks.h"
 #include "common.h"
 #include "handlers.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 namespace oxijax::bindings {
 namespace {
@@ -52,20 +52,13 @@ ffi::Error ReduceImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::A
   });
 }
 
-// Operands: a, b and, when beta != 0, c.
+// Operands: a, b and, when beta != 0, c. float32 is always exact on the CPU, so
+// allow_tf32 changes nothing here.
 ffi::Error GemmImpl(ffi::ThreadPool pool, ffi::RemainingArgs operands,
                     ffi::Result<ffi::AnyBuffer> out, Transpose trans_a, Transpose trans_b,
-                    double alpha, double beta) {
-  if (operands.size() != 2 && operands.size() != 3)
-    return invalid("gemm takes a, b and optionally c");
-  auto a = operands.get<ffi::AnyBuffer>(0), b = operands.get<ffi::AnyBuffer>(1);
-  if (!a || !b) return invalid("gemm operands must be buffers");
-  std::optional<ffi::AnyBuffer> c;
-  if (operands.size() == 3) {
-    auto c_arg = operands.get<ffi::AnyBuffer>(2);
-    if (!c_arg) return invalid("gemm c must be a buffer");
-    c = *c_arg;
-  }
+                    double alpha, double beta, bool /*allow_tf32*/) {
+  std::optional<ffi::AnyBuffer> a, b, c;
+  if (auto err = gemm_operands(operands, a, b, c); err.failure()) return err;
   GemmShape shape;
   if (auto err = check_gemm(*a, *b, c ? &*c : nullptr, *out, trans_a, trans_b, alpha, beta, shape);
       err.failure())
@@ -138,7 +131,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_gemm, GemmImpl,
                                   .Attr<Transpose>("trans_a")
                                   .Attr<Transpose>("trans_b")
                                   .Attr<double>("alpha")
-                                  .Attr<double>("beta"));
+                                  .Attr<double>("beta")
+                                  .Attr<bool>("allow_tf32"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_conv2d, Conv2dImpl,
                               ffi::Ffi::Bind()

@@ -14,4 +14,7 @@
 
 namespace oxijax::bindings {
 OXIJAX_DECLARE_HANDLERS(Cpu)
+#ifdef OXIJAX_WITH_CUDA
+OXIJAX_DECLARE_HANDLERS(Cuda)
+#endif
 }  // namespace oxijax::bindings

@@ -1,0 +1,176 @@
+// CUDA FFI handlers: validate (checks.h, the same checks as on the CPU), pick the
+// dtype, enqueue the kernels of ffi/cuda on XLA's stream. They never synchronise and
+// never allocate device memory themselves (reduce's workspace comes from XLA's scratch
+// allocator); a failed launch becomes an ffi::Error that JAX raises in Python.
+#include <cuda_runtime_api.h>
+
+#include <optional>
+#include <string>
+
+#include "checks.h"
+#include "common.h"
+#include "handlers.h"
+#include "cuda/kernels.h"
+
+namespace oxijax::bindings {
+namespace {
+
+using Stream = ffi::PlatformStream<cudaStream_t>;
+
+ffi::Error launched(cudaError_t status, const char* op) {
+  if (status == cudaSuccess) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string("oxijax: CUDA ") + op + " kernel launch failed: " +
+                              cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+}
+
+ffi::Error UnaryImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                     UnaryOp op) {
+  int64_t n;
+  if (auto err = check_unary(x, *y, op, n); err.failure()) return err;
+  return dispatch_float(x.element_type(), [&](auto t) {
+    using T = decltype(t);
+    return launched(cuda::unary(stream, op, typed<T>(x), typed<T>(y), n), "unary");
+  });
+}
+
+ffi::Error BinaryImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                      ffi::Result<ffi::AnyBuffer> out, BinaryOp op) {
+  BroadcastShape shape;
+  if (auto err = check_binary(a, b, *out, op, shape); err.failure()) return err;
+  return dispatch_float(a.element_type(), [&](auto t) {
+    using T = decltype(t);
+    return launched(cuda::binary(stream, op, shape, typed<T>(a), typed<T>(b), typed<T>(out)),
+                    "binary");
+  });
+}
+
+ffi::Error ReduceImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
+                      ffi::Result<ffi::AnyBuffer> out, ReduceOp op, int64_t axis) {
+  ReduceShape shape;
+  if (auto err = check_reduce(x, *out, op, axis, shape); err.failure()) return err;
+  const size_t bytes = cuda::reduce_workspace_bytes(shape, ffi::ByteWidth(x.element_type()));
+  void* workspace = nullptr;
+  if (bytes > 0) {
+    std::optional<void*> allocated = scratch.Allocate(bytes, 256);
+    if (!allocated) return ffi::Error::Internal("oxijax: no scratch memory for the reduce workspace");
+    workspace = *allocated;
+  }
+  return dispatch_float(x.element_type(), [&](auto t) {
+    using T = decltype(t);
+    return launched(cuda::reduce(stream, op, shape, typed<T>(x), typed<T>(out), workspace),
+                    "reduce");
+  });
+}
+
+ffi::Error GemmImpl(cudaStream_t stream, ffi::RemainingArgs operands,
+                    ffi::Result<ffi::AnyBuffer> out, Transpose trans_a, Transpose trans_b,
+                    double alpha, double beta, bool allow_tf32) {
+  std::optional<ffi::AnyBuffer> a, b, c;
+  if (auto err = gemm_operands(operands, a, b, c); err.failure()) return err;
+  GemmShape shape;
+  if (auto err = check_gemm(*a, *b, c ? &*c : nullptr, *out, trans_a, trans_b, alpha, beta, shape);
+      err.failure())
+    return err;
+  return dispatch_float(a->element_type(), [&](auto t) {
+    using T = decltype(t);
+    const T* c_data = (c && beta != 0.0) ? typed<T>(*c) : nullptr;
+    return launched(cuda::gemm(stream, shape, typed<T>(*a), typed<T>(*b), c_data, typed<T>(out),
+                               allow_tf32),
+                    "gemm");
+  });
+}
+
+ffi::Error Conv2dImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                      ffi::Result<ffi::AnyBuffer> out, int64_t stride_h, int64_t stride_w,
+                      int64_t pad_h, int64_t pad_w) {
+  ConvShape shape;
+  if (auto err = check_conv2d(x, w, *out, stride_h, stride_w, pad_h, pad_w, shape); err.failure())
+    return err;
+  return dispatch_float(x.element_type(), [&](auto t) {
+    using T = decltype(t);
+    return launched(cuda::conv2d(stream, shape, typed<T>(x), typed<T>(w), typed<T>(out)),
+                    "conv2d");
+  });
+}
+
+ffi::Error AttentionImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                         ffi::AnyBuffer v, ffi::Result<ffi::AnyBuffer> out,
+                         ffi::Result<ffi::AnyBuffer> lse, double scale, bool causal) {
+  AttentionShape shape;
+  if (auto err = check_attention(q, k, v, *out, *lse, scale, causal, shape); err.failure())
+    return err;
+  return dispatch_float(q.element_type(), [&](auto t) {
+    using T = decltype(t);
+    return launched(cuda::attention(stream, shape, typed<T>(q), typed<T>(k), typed<T>(v),
+                                    typed<T>(out), typed<Acc<T>>(lse)),
+                    "attention");
+  });
+}
+
+}  // namespace
+
+// Handlers that only launch kernels are command-buffer (CUDA graph) compatible; reduce
+// is not, as it may take scratch memory.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary, UnaryImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<UnaryOp>("op"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary, BinaryImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<BinaryOp>("op"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_reduce, ReduceImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<ReduceOp>("op")
+                                  .Attr<int64_t>("axis"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_gemm, GemmImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .RemainingArgs()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<Transpose>("trans_a")
+                                  .Attr<Transpose>("trans_b")
+                                  .Attr<double>("alpha")
+                                  .Attr<double>("beta")
+                                  .Attr<bool>("allow_tf32"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d, Conv2dImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("stride_h")
+                                  .Attr<int64_t>("stride_w")
+                                  .Attr<int64_t>("pad_h")
+                                  .Attr<int64_t>("pad_w"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, AttentionImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<double>("scale")
+                                  .Attr<bool>("causal"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace oxijax::bindings

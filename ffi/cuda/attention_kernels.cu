@@ -1,0 +1,757 @@
+// CUDA attention forward (FlashAttention-2 style): per (batch*head, block of query
+// rows) the query block and the output accumulator stay on chip while key/value tiles
+// stream past with an online softmax (oxijax/math.h OnlineSoftmax, one per row and
+// owner thread); the Sq x Skv score matrix is never stored.
+//
+// Two kernels:
+//
+// * Tensor-core path (float16 / bfloat16, head_dim 64 or 128, 16-byte aligned
+//   pointers, sm_80+). One CTA of 4 warps per (b*h, 64 query rows); warp w owns rows
+//   16w..16w+15. The Q tile is loaded once (cp.async) and kept in registers as
+//   mma A fragments. K/V tiles of 64 keys are double buffered in shared memory by
+//   cp.async (tile t+1 loads while tile t computes). S = Q.K^T and O += P.V use
+//   mma.sync.m16n8k16 (float32 accumulate); P is rounded to the input type for the
+//   second product, as FlashAttention-2 does. Each thread holds rows g and g+8 of its
+//   warp (g = lane/4) across the 4 lanes of a quad: the block max is reduced over the
+//   quad with shuffles, the running sums stay per thread and are summed once at the
+//   end. Shared tiles are XOR-swizzled (16-byte chunk c of row r lives at chunk
+//   c ^ (r & 7)) so that cp.async stores and ldmatrix loads are bank-conflict free.
+//   Causal: key tiles past the block's last visible key are never loaded; only tiles
+//   that reach past a warp's first row's key_end are masked; a warp skips tiles that
+//   none of its rows can see. Exponentials use ex2.approx on the score scaled by
+//   scale*log2(e) minus max*log2(e) (one FFMA + MUFU per score).
+//
+// * SIMT path (float32, float64, and the half types with any other head_dim or
+//   unaligned pointers). One CTA of 128 threads (8 x 16) per (b*h, 32 query rows,
+//   chunk of output columns: 128 for float32 and the half types, 64 for float64);
+//   thread (ty, tx) owns rows 4ty..4ty+3, keys tx + 16j of each key tile, and
+//   columns tx*VW.. of each 16*VW-wide column slice (VW = 16 bytes / sizeof(Acc)).
+//   S is accumulated over head_dim in chunks of 16 through shared memory, P goes
+//   through shared memory, V is staged through shared memory in (key half, column
+//   slice) pieces; each stage's global loads are issued into registers before the
+//   previous stage computes (register prefetch), so any T converts on the way in.
+//   Any head_dim works: a head_dim wider than one column chunk recomputes S once per
+//   extra chunk; the softmax statistics of every chunk are computed identically, and
+//   chunk 0 writes the log-sum-exp. float64 computes in float64 (exp), the others in
+//   float32 (expf) with OnlineSoftmax::weight itself.
+//
+// Both write lse (log-sum-exp of the scaled scores; -inf for a fully masked row, whose
+// output is zeros) for every row. Launchers only enqueue; they return cudaSuccess
+// without launching when there is no query row, else cudaGetLastError().
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kernels.h"
+#include "oxijax/math.h"
+
+namespace oxijax::cuda {
+namespace {
+
+// Sequence lengths are handled in 32-bit arithmetic inside the kernels (row and key
+// indices plus a tile); larger ones are refused (cudaErrorInvalidValue).
+constexpr int64_t kMaxSeq = int64_t(INT_MAX) - 1024;
+constexpr int64_t kMaxDim = int64_t(1) << 24;  // the SIMT path's 32-bit stage offsets
+constexpr double kLog2e = 1.4426950408889634073599246810019;
+
+struct AttnParams {
+  int64_t tasks;       // batch*heads * q_blocks * d_chunks
+  int seq_q, seq_kv, dim;
+  int q_blocks;        // ceil(seq_q / block rows)
+  int d_chunks;        // output column chunks per (b*h, q block); 1 for the mma path
+  int causal;
+  double scale;        // the SIMT path's scale (cast to Acc)
+  float scale_f;       // mma path: scale, and scale * log2(e)
+  float scale_log2e;
+};
+
+// AttentionShape::key_end for the kernels: keys [0, key_end(row)) are visible.
+__device__ __forceinline__ int key_end(int seq_q, int seq_kv, bool causal, int64_t row) {
+  if (!causal) return seq_kv;
+  const int64_t end = row + (int64_t(seq_kv) - seq_q) + 1;
+  return end < 0 ? 0 : (end > seq_kv ? seq_kv : int(end));
+}
+
+// ============================================================== tensor-core path
+
+constexpr int kMmaRows = 64;     // query rows per CTA (4 warps x 16)
+constexpr int kMmaKeys = 64;     // keys per K/V tile
+constexpr int kMmaThreads = 128;
+
+template <int D> constexpr size_t mma_smem_bytes() {
+  return size_t(5) * kMmaRows * D * sizeof(uint16_t);  // Q + 2 x K + 2 x V tiles
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a [64][D] b16 tile.
+template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
+  static_assert(D % 64 == 0, "the swizzle needs at least 8 chunks per row");
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  // src-size 0 reads nothing and zero-fills the 16 bytes.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a . b for one m16n8k16 tile (A row-major 16x16, B "col" 16x8, float32 C).
+template <bool kBf16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (kBf16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats rounded to nearest even into a b16x2 register: lo in bits 0..15.
+template <bool kBf16> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (kBf16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+
+// 2^x (ex2.approx: ~2 ulp; 2^-inf = 0, NaN stays NaN, subnormal results flush to 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// cp.async a [64][D] tile of rows row0.. of a [rows][D] matrix into swizzled shared
+// memory at dst; rows at or past `rows` are zero-filled.
+template <int D>
+__device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* __restrict__ src,
+                                          int row0, int rows, int tid) {
+  constexpr int kChunks = D / 8;
+  constexpr int kIters = kMmaRows * kChunks / kMmaThreads;
+  static_assert(kMmaRows * kChunks % kMmaThreads == 0, "tile chunks per thread");
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = tid + i * kMmaThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool ok = row0 + r < rows;
+    const uint16_t* g = ok ? src + (int64_t(row0 + r) * D + c * 8) : src;
+    cp_async_16(dst + 2u * uint32_t(swz<D>(r, c)), g, ok);
+  }
+}
+
+template <bool kBf16, int D>
+__global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
+    attention_mma_kernel(const AttnParams p, const uint16_t* __restrict__ q,
+                         const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                         uint16_t* __restrict__ out, float* __restrict__ lse) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kTile = kMmaRows * D;  // elements of one tile
+  constexpr int kChunks = D / 8;
+  constexpr int kDSteps = D / 16;        // k-steps of S = Q.K^T; d-tile pairs of P.V
+  constexpr int kNTiles = kMmaKeys / 8;  // n8 tiles of S
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  uint16_t* const s_q = reinterpret_cast<uint16_t*>(smem_raw);  // [64][D], later O staging
+  const uint32_t q_addr = smem_u32(s_q);
+  const uint32_t k_addr = q_addr + 2u * kTile;  // [2][64][D]
+  const uint32_t v_addr = k_addr + 4u * kTile;  // [2][64][D]
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, tq = lane & 3;  // mma groupID, thread in group
+  const int seq_q = p.seq_q, seq_kv = p.seq_kv;
+  const bool causal = p.causal != 0;
+
+  for (int64_t task = blockIdx.x; task < p.tasks; task += gridDim.x) {
+    if (task != blockIdx.x) __syncthreads();  // the previous task's smem readers are done
+    const int64_t bh = task / p.q_blocks;
+    const int qi = int(task % p.q_blocks);
+    const int qb = causal ? p.q_blocks - 1 - qi : qi;  // causal: longest blocks first
+    const int m0 = qb * kMmaRows;
+    const uint16_t* qg = q + bh * seq_q * int64_t(D);
+    const uint16_t* kg = k + bh * seq_kv * int64_t(D);
+    const uint16_t* vg = v + bh * seq_kv * int64_t(D);
+
+    // Keys [0, kv_end) cover every real row of the block (key_end is non-decreasing).
+    const int kv_end = key_end(seq_q, seq_kv, causal, min(m0 + kMmaRows - 1, seq_q - 1));
+    const int n_tiles = (kv_end + kMmaKeys - 1) / kMmaKeys;
+    const int wrow0 = m0 + warp * 16;
+    const bool warp_live = wrow0 < seq_q;
+    const int warp_kv_min = key_end(seq_q, seq_kv, causal, wrow0);  // no mask needed below it
+    const int warp_kv_max = warp_live ? key_end(seq_q, seq_kv, causal, min(wrow0 + 15, seq_q - 1)) : 0;
+    const int kend[2] = {key_end(seq_q, seq_kv, causal, wrow0 + g), key_end(seq_q, seq_kv, causal, wrow0 + g + 8)};
+
+    float o[2 * kDSteps][4];
+#pragma unroll
+    for (int n = 0; n < 2 * kDSteps; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+    OnlineSoftmax<float> os[2];  // rows g and g + 8 (this thread's share of the quad)
+
+    if (n_tiles > 0) {
+      load_tile<D>(q_addr, qg, m0, seq_q, tid);
+      cp_async_commit();
+      load_tile<D>(k_addr, kg, 0, seq_kv, tid);
+      load_tile<D>(v_addr, vg, 0, seq_kv, tid);
+      cp_async_commit();
+      cp_async_wait<1>();  // the Q group is done
+      __syncthreads();
+
+      uint32_t qf[kDSteps][4];  // A fragments of the warp's 16 rows
+#pragma unroll
+      for (int kk = 0; kk < kDSteps; ++kk)
+        ldmatrix_x4(qf[kk], q_addr + 2u * uint32_t(swz<D>(warp * 16 + (lane & 15),
+                                                         2 * kk + (lane >> 4))));
+
+      for (int t = 0; t < n_tiles; ++t) {
+        const int n0 = t * kMmaKeys;
+        const uint32_t stage_off = 2u * uint32_t(kTile) * uint32_t(t & 1);
+        if (t + 1 < n_tiles) {  // prefetch tile t+1 into the other stage
+          const uint32_t next_off = 2u * uint32_t(kTile) * uint32_t((t + 1) & 1);
+          load_tile<D>(k_addr + next_off, kg, n0 + kMmaKeys, seq_kv, tid);
+          load_tile<D>(v_addr + next_off, vg, n0 + kMmaKeys, seq_kv, tid);
+        }
+        cp_async_commit();   // possibly empty: keeps one group per iteration
+        cp_async_wait<1>();  // all but the newest group: tile t has landed
+        __syncthreads();
+
+        if (n0 < warp_kv_max) {  // warp-uniform: some row of this warp sees a key here
+          // ---- S = Q . K^T (16 x 64 per warp)
+          float s[kNTiles][4];
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+          const uint32_t kb = k_addr + stage_off;
+#pragma unroll
+          for (int kk = 0; kk < kDSteps; ++kk) {
+#pragma unroll
+            for (int nb = 0; nb < kNTiles / 2; ++nb) {
+              uint32_t b[4];
+              const int key = nb * 16 + (lane & 7) + ((lane >> 4) << 3);
+              const int chunk = 2 * kk + ((lane >> 3) & 1);
+              ldmatrix_x4(b, kb + 2u * uint32_t(swz<D>(key, chunk)));
+              mma_16816<kBf16>(s[2 * nb], qf[kk], b[0], b[1]);
+              mma_16816<kBf16>(s[2 * nb + 1], qf[kk], b[2], b[3]);
+            }
+          }
+
+          // ---- mask: keys at or past a row's key_end (causal, or past seq_kv)
+          if (n0 + kMmaKeys > warp_kv_min) {
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (n0 + 8 * j + 2 * tq + (e & 1) >= kend[e >> 1]) s[j][e] = kNegInf;
+          }
+
+          // ---- online softmax (rows g, g+8; the quad's 4 lanes share a row)
+          float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+          }
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            // scale > 0: max(raw) * scale is exactly the max of the rounded scaled scores.
+            const float factor = os[r].rescale(mx[r] * p.scale_f);
+            // weight(s) = exp(s*scale - max) = 2^(s*scale*log2e - max*log2e); with max
+            // still -inf every score is -inf (-> 0) or NaN (stays NaN), as weight() has it.
+            const float mlog = os[r].max == kNegInf ? 0.f : os[r].max * float(kLog2e);
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+              for (int e = 2 * r; e < 2 * r + 2; ++e) {
+                const float w = fast_exp2(fmaf(s[j][e], p.scale_log2e, -mlog));
+                s[j][e] = w;
+                sum += w;
+              }
+            os[r].add(sum);  // this lane's partial row sum; lanes are summed at the end
+#pragma unroll
+            for (int n = 0; n < 2 * kDSteps; ++n) {
+              o[n][2 * r] *= factor;
+              o[n][2 * r + 1] *= factor;
+            }
+          }
+
+          // ---- O += P . V (P from the S accumulators, rounded to the input type)
+          const uint32_t vb = v_addr + stage_off;
+#pragma unroll
+          for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
+            const uint32_t a[4] = {pack2<kBf16>(s[2 * kk][0], s[2 * kk][1]),
+                                   pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]),
+                                   pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int nb = 0; nb < kDSteps; ++nb) {
+              uint32_t b[4];
+              const int key = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+              const int chunk = 2 * nb + (lane >> 4);
+              ldmatrix_x4_trans(b, vb + 2u * uint32_t(swz<D>(key, chunk)));
+              mma_16816<kBf16>(o[2 * nb], a, b[0], b[1]);
+              mma_16816<kBf16>(o[2 * nb + 1], a, b[2], b[3]);
+            }
+          }
+        }
+        __syncthreads();  // every warp is done with this stage before it is refilled
+      }
+    }
+
+    // ---- epilogue: full row sums, normalise, stage the warp's rows through its own
+    // rows of the Q tile (only this warp ever read them), 16-byte coalesced stores.
+    float norm[2], row_lse[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float total = os[r].sum;
+      total += __shfl_xor_sync(0xffffffffu, total, 1);
+      total += __shfl_xor_sync(0xffffffffu, total, 2);
+      os[r].sum = total;
+      norm[r] = os[r].normaliser();
+      row_lse[r] = os[r].log_sum_exp();
+    }
+    __syncwarp();
+#pragma unroll
+    for (int n = 0; n < 2 * kDSteps; ++n)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp * 16 + g + 8 * r;
+        *reinterpret_cast<uint32_t*>(s_q + swz<D>(row, n) + 2 * tq) =
+            pack2<kBf16>(o[n][2 * r] * norm[r], o[n][2 * r + 1] * norm[r]);
+      }
+    __syncwarp();
+    uint16_t* og = out + bh * seq_q * int64_t(D);
+#pragma unroll
+    for (int i = 0; i < 16 * kChunks / 32; ++i) {
+      const int idx = i * 32 + lane;
+      const int row = warp * 16 + idx / kChunks, c = idx % kChunks;
+      if (m0 + row < seq_q)
+        *reinterpret_cast<uint4*>(og + int64_t(m0 + row) * D + c * 8) =
+            *reinterpret_cast<const uint4*>(s_q + swz<D>(row, c));
+    }
+    if (tq == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = wrow0 + g + 8 * r;
+        if (row < seq_q) lse[bh * seq_q + row] = row_lse[r];
+      }
+    }
+  }
+#else
+  __trap();  // never launched: the launcher checks for compute capability 8.0
+#endif
+}
+
+// ===================================================================== SIMT path
+
+// Tile sizes per accumulator type: BM query rows, BN keys per tile, DK head_dim columns
+// per S chunk, VW elements per 16-byte vector, NSC column slices of 16*VW per CTA.
+// kSimtThreads = 128 threads as 8 x 16: thread (ty, tx) owns rows 4ty..4ty+3
+// (TM = BM/8), keys tx + 16j (TN = BN/16) and, per slice, columns tx*VW..tx*VW+VW-1.
+template <typename A> struct SimtConfig;
+template <> struct SimtConfig<float> {
+  static constexpr int kBM = 32, kBN = 64, kDK = 16, kVW = 4, kNSC = 2;
+};
+template <> struct SimtConfig<double> {
+  static constexpr int kBM = 32, kBN = 32, kDK = 16, kVW = 2, kNSC = 2;
+};
+constexpr int kSimtThreads = 128;  // 8 x 16
+
+template <typename T> __device__ __forceinline__ Acc<T> to_acc(T x);
+template <> __device__ __forceinline__ float to_acc(oxijax::half x) {
+  return __half2float(__ushort_as_half(x.bits));
+}
+template <> __device__ __forceinline__ float to_acc(oxijax::bfloat16 x) {
+  return __uint_as_float(uint32_t(x.bits) << 16);
+}
+template <> __device__ __forceinline__ float to_acc(float x) { return x; }
+template <> __device__ __forceinline__ double to_acc(double x) { return x; }
+
+template <typename T> __device__ __forceinline__ T from_acc(Acc<T> x);
+template <> __device__ __forceinline__ oxijax::half from_acc(float x) {
+  return oxijax::half{__half_as_ushort(__float2half_rn(x))};
+}
+template <> __device__ __forceinline__ oxijax::bfloat16 from_acc(float x) {
+  return oxijax::bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
+}
+template <> __device__ __forceinline__ float from_acc(float x) { return x; }
+template <> __device__ __forceinline__ double from_acc(double x) { return x; }
+
+// 16-byte shared-memory vector loads.
+__device__ __forceinline__ void ld16(const float* p, float (&v)[4]) {
+  const float4 t = *reinterpret_cast<const float4*>(p);
+  v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+}
+__device__ __forceinline__ void ld16(const double* p, double (&v)[2]) {
+  const double2 t = *reinterpret_cast<const double2*>(p);
+  v[0] = t.x, v[1] = t.y;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSimtThreads, 2)
+    attention_simt_kernel(const AttnParams p, const T* __restrict__ q,
+                          const T* __restrict__ k, const T* __restrict__ v,
+                          T* __restrict__ out, Acc<T>* __restrict__ lse) {
+  using A = Acc<T>;
+  using C = SimtConfig<A>;
+  constexpr int BM = C::kBM, BN = C::kBN, DK = C::kDK, VW = C::kVW, NSC = C::kNSC;
+  constexpr int VC = 16 * VW;       // columns per slice
+  constexpr int TM = BM / (kSimtThreads / 16), TN = BN / 16;
+  constexpr int QS = DK + VW;       // padded row strides (elements) of the shared tiles
+  constexpr int PS = BN + VW;
+  constexpr int VS = VC + VW;
+  constexpr int kRowStep = kSimtThreads / 16;  // rows of threads
+  constexpr int kVParts = 2;                    // V slices are staged in key halves
+  constexpr int BV = BN / kVParts;              // keys per V stage
+  constexpr int kQLoads = BM / kRowStep;        // elements per thread and stage
+  constexpr int kKLoads = BN / kRowStep;
+  constexpr int kVRows = BV / kRowStep;
+  constexpr int kVLoads = kVRows * VW;
+  constexpr int kBuf = kQLoads + kKLoads > kVLoads ? kQLoads + kKLoads : kVLoads;
+  static_assert(DK == 16, "a chunk row is one element per tx");
+  static_assert(BM % kRowStep == 0 && BN % (kRowStep * kVParts) == 0, "rows per thread");
+  static_assert(DK % VW == 0 && BV % VW == 0, "vector loads");
+  constexpr A kNegInf = -std::numeric_limits<A>::infinity();
+
+  __shared__ __align__(16) A s_q[BM * QS];  // Q chunk [BM][DK]
+  __shared__ __align__(16) A s_k[BN * QS];  // K chunk [BN][DK]
+  __shared__ __align__(16) A s_p[BM * PS];  // P [BM][BN]
+  __shared__ __align__(16) A s_v[BV * VS];  // V stage [BV][VC]
+
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const int D = p.dim, seq_q = p.seq_q, seq_kv = p.seq_kv;
+  const bool causal = p.causal != 0;
+  const A scale = A(p.scale);
+
+  for (int64_t task = blockIdx.x; task < p.tasks; task += gridDim.x) {
+    if (task != blockIdx.x) __syncthreads();  // the previous task's smem readers are done
+    const int64_t per_head = int64_t(p.q_blocks) * p.d_chunks;
+    const int64_t bh = task / per_head;
+    const int64_t rem = task % per_head;
+    const int qi = int(rem / p.d_chunks), dc = int(rem % p.d_chunks);
+    const int qb = causal ? p.q_blocks - 1 - qi : qi;  // causal: longest blocks first
+    const int m0 = qb * BM;
+    const int dc0 = dc * (NSC * VC);  // first output column of this CTA
+    const T* qg = q + bh * seq_q * int64_t(D);
+    const T* kg = k + bh * seq_kv * int64_t(D);
+    const T* vg = v + bh * seq_kv * int64_t(D);
+
+    const int kv_end = key_end(seq_q, seq_kv, causal, min(m0 + BM - 1, seq_q - 1));
+    const int n_tiles = (kv_end + BN - 1) / BN;
+    const int nc = (D + DK - 1) / DK;  // S chunks per tile (0 only if D == 0)
+    const int nv = dc0 < D ? min(NSC, (D - dc0 + VC - 1) / VC) : 0;  // V slices per tile
+    int kend[TM];
+#pragma unroll
+    for (int r = 0; r < TM; ++r) kend[r] = key_end(seq_q, seq_kv, causal, m0 + ty * TM + r);
+
+    A o[NSC][TM][VW];
+#pragma unroll
+    for (int sc = 0; sc < NSC; ++sc)
+#pragma unroll
+      for (int r = 0; r < TM; ++r)
+#pragma unroll
+        for (int c = 0; c < VW; ++c) o[sc][r][c] = A(0);
+    OnlineSoftmax<A> os[TM];
+    A buf[kBuf];  // the next stage's elements, loaded before the current stage computes
+
+    // Stages of a key tile: nc chunks of Q and K (DK columns each), then nv column
+    // slices of V in kVParts key parts. Thread (ty, tx) moves column tx (+ 16j) of
+    // rows ty + 8i: a warp reads 2 rows x 16 consecutive elements per load. Offsets
+    // within a stage are 32-bit (i * 8 * D < 2^31 for D <= kMaxDim).
+    const int step = kRowStep * D;
+    const auto fetch_qk = [&](int n0, int d0) {
+      const int col = d0 + tx;
+      const bool col_ok = col < D;
+      const T* qp = qg + (int64_t(m0 + ty) * D + col);
+      const T* kp = kg + (int64_t(n0 + ty) * D + col);
+#pragma unroll
+      for (int i = 0; i < kQLoads; ++i)
+        buf[i] = col_ok && m0 + ty + kRowStep * i < seq_q ? to_acc(qp[i * step]) : A(0);
+#pragma unroll
+      for (int i = 0; i < kKLoads; ++i)
+        buf[kQLoads + i] =
+            col_ok && n0 + ty + kRowStep * i < seq_kv ? to_acc(kp[i * step]) : A(0);
+    };
+    const auto store_qk = [&]() {
+#pragma unroll
+      for (int i = 0; i < kQLoads; ++i) s_q[(ty + kRowStep * i) * QS + tx] = buf[i];
+#pragma unroll
+      for (int i = 0; i < kKLoads; ++i) s_k[(ty + kRowStep * i) * QS + tx] = buf[kQLoads + i];
+    };
+    const auto fetch_v = [&](int n0, int c0) {  // keys n0.., columns c0..
+      const T* vp = vg + (int64_t(n0 + ty) * D + c0 + tx);
+#pragma unroll
+      for (int i = 0; i < kVRows; ++i)
+#pragma unroll
+        for (int j = 0; j < VW; ++j)
+          buf[i * VW + j] = n0 + ty + kRowStep * i < seq_kv && c0 + tx + 16 * j < D
+                                ? to_acc(vp[i * step + 16 * j])
+                                : A(0);
+    };
+    const auto store_v = [&]() {
+#pragma unroll
+      for (int i = 0; i < kVRows; ++i)
+#pragma unroll
+        for (int j = 0; j < VW; ++j) s_v[(ty + kRowStep * i) * VS + tx + 16 * j] = buf[i * VW + j];
+    };
+
+    if (n_tiles > 0 && nc > 0) fetch_qk(0, 0);
+    for (int t = 0; t < n_tiles; ++t) {
+      const int n0 = t * BN;
+
+      // ---- S = Q . K^T over head_dim chunks
+      A s[TM][TN];
+#pragma unroll
+      for (int r = 0; r < TM; ++r)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) s[r][j] = A(0);
+      for (int c = 0; c < nc; ++c) {
+        __syncthreads();  // readers of the previous chunk (or of s_p / s_v) are done
+        store_qk();
+        __syncthreads();
+        if (c + 1 < nc) fetch_qk(n0, (c + 1) * DK);
+        else if (nv > 0) fetch_v(n0, dc0);
+        else if (t + 1 < n_tiles) fetch_qk(n0 + BN, 0);
+#pragma unroll
+        for (int dd = 0; dd < DK; dd += VW) {
+          A qv[TM][VW], kv[TN][VW];
+#pragma unroll
+          for (int r = 0; r < TM; ++r) ld16(&s_q[(ty * TM + r) * QS + dd], qv[r]);
+#pragma unroll
+          for (int j = 0; j < TN; ++j) ld16(&s_k[(tx + 16 * j) * QS + dd], kv[j]);
+#pragma unroll
+          for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int j = 0; j < TN; ++j)
+#pragma unroll
+              for (int w = 0; w < VW; ++w) s[r][j] = fma(qv[r][w], kv[j][w], s[r][j]);
+        }
+      }
+
+      // ---- online softmax; row r's 16 owners are the 16 lanes with this ty
+#pragma unroll
+      for (int r = 0; r < TM; ++r) {
+        A bmax = kNegInf;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const A x = n0 + tx + 16 * j < kend[r] ? s[r][j] * scale : kNegInf;
+          s[r][j] = x;
+          bmax = fmax(bmax, x);
+        }
+#pragma unroll
+        for (int off = 1; off < 16; off <<= 1)
+          bmax = fmax(bmax, __shfl_xor_sync(0xffffffffu, bmax, off));
+        const A factor = os[r].rescale(bmax);
+        A sum = A(0);
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const A w = os[r].weight(s[r][j]);
+          s[r][j] = w;
+          sum += w;
+        }
+        os[r].add(sum);  // this lane's partial row sum; lanes are summed at the end
+#pragma unroll
+        for (int sc = 0; sc < NSC; ++sc)
+#pragma unroll
+          for (int c = 0; c < VW; ++c) o[sc][r][c] *= factor;
+      }
+      // s_p's last readers (previous tile's P.V) finished before this tile's first
+      // chunk barrier (nv > 0 implies D > 0, so nc >= 1).
+      if (nv > 0) {
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) s_p[(ty * TM + r) * PS + tx + 16 * j] = s[r][j];
+      }
+
+      // ---- O += P . V, one column slice at a time, V staged in key halves
+#pragma unroll
+      for (int sc = 0; sc < NSC; ++sc) {
+        if (sc < nv) {  // CTA-uniform
+#pragma unroll
+          for (int part = 0; part < kVParts; ++part) {
+            __syncthreads();  // s_p written; the previous V stage's readers are done
+            store_v();
+            __syncthreads();
+            if (part + 1 < kVParts) fetch_v(n0 + (part + 1) * BV, dc0 + sc * VC);
+            else if (sc + 1 < nv) fetch_v(n0, dc0 + (sc + 1) * VC);
+            else if (t + 1 < n_tiles) fetch_qk(n0 + BN, 0);
+#pragma unroll 2
+            for (int n = 0; n < BV; n += VW) {
+              A pv[TM][VW], vv[VW][VW];
+#pragma unroll
+              for (int r = 0; r < TM; ++r) ld16(&s_p[(ty * TM + r) * PS + part * BV + n], pv[r]);
+#pragma unroll
+              for (int w = 0; w < VW; ++w) ld16(&s_v[(n + w) * VS + tx * VW], vv[w]);
+#pragma unroll
+              for (int r = 0; r < TM; ++r)
+#pragma unroll
+                for (int w = 0; w < VW; ++w)
+#pragma unroll
+                  for (int c = 0; c < VW; ++c)
+                    o[sc][r][c] = fma(pv[r][w], vv[w][c], o[sc][r][c]);
+            }
+          }
+        }
+      }
+    }
+
+    // ---- epilogue
+    T* og = out + bh * seq_q * int64_t(D);
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+      A total = os[r].sum;
+#pragma unroll
+      for (int off = 1; off < 16; off <<= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+      os[r].sum = total;
+      const A norm = os[r].normaliser();
+      const int row = m0 + ty * TM + r;
+      if (row < seq_q) {
+        if (dc == 0 && tx == 0) lse[bh * seq_q + row] = os[r].log_sum_exp();
+#pragma unroll
+        for (int sc = 0; sc < NSC; ++sc) {
+          if (sc < nv) {
+#pragma unroll
+            for (int c = 0; c < VW; ++c) {
+              const int col = dc0 + sc * VC + tx * VW + c;
+              if (col < D) og[int64_t(row) * D + col] = from_acc<T>(o[sc][r][c] * norm);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ===================================================================== launchers
+
+inline unsigned grid_for(int64_t tasks) {
+  return static_cast<unsigned>(tasks < int64_t(INT_MAX) ? tasks : int64_t(INT_MAX));
+}
+
+template <bool kBf16, int D>
+cudaError_t launch_mma(cudaStream_t stream, AttnParams p, int64_t bh, const void* q,
+                       const void* k, const void* v, void* out, float* lse) {
+  p.q_blocks = int((p.seq_q + kMmaRows - 1) / kMmaRows);
+  p.d_chunks = 1;
+  p.tasks = bh * p.q_blocks;
+  const auto kernel = attention_mma_kernel<kBf16, D>;
+  constexpr size_t smem = mma_smem_bytes<D>();
+  if constexpr (smem > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return err;
+  }
+  kernel<<<grid_for(p.tasks), kMmaThreads, smem, stream>>>(
+      p, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k),
+      static_cast<const uint16_t*>(v), static_cast<uint16_t*>(out), lse);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_simt(cudaStream_t stream, AttnParams p, int64_t bh, const T* q, const T* k,
+                        const T* v, T* out, Acc<T>* lse) {
+  using C = SimtConfig<Acc<T>>;
+  constexpr int kCols = C::kNSC * 16 * C::kVW;  // output columns per CTA
+  p.q_blocks = int((p.seq_q + C::kBM - 1) / C::kBM);
+  p.d_chunks = p.dim > 0 ? int((int64_t(p.dim) + kCols - 1) / kCols) : 1;
+  p.tasks = bh * p.q_blocks * p.d_chunks;
+  attention_simt_kernel<T><<<grid_for(p.tasks), kSimtThreads, 0, stream>>>(p, q, k, v, out, lse);
+  return cudaGetLastError();
+}
+
+inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+template <typename T>
+cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T* q, const T* k,
+                      const T* v, T* out, Acc<T>* lse) {
+  if (shape.batch <= 0 || shape.heads <= 0 || shape.seq_q <= 0) return cudaSuccess;
+  if (shape.seq_kv < 0 || shape.head_dim < 0 || shape.seq_q > kMaxSeq ||
+      shape.seq_kv > kMaxSeq || shape.head_dim > kMaxDim ||
+      shape.batch > INT64_MAX / shape.heads)
+    return cudaErrorInvalidValue;
+  const int64_t bh = shape.batch * shape.heads;
+  // bh * q blocks * column chunks must fit in int64 (it does for any real allocation).
+  if (bh > (int64_t(1) << 40)) return cudaErrorInvalidValue;
+
+  AttnParams p{};
+  p.seq_q = int(shape.seq_q);
+  p.seq_kv = int(shape.seq_kv);
+  p.dim = int(shape.head_dim);
+  p.causal = shape.causal ? 1 : 0;
+  p.scale = shape.scale;
+  p.scale_f = float(shape.scale);
+  p.scale_log2e = float(shape.scale * kLog2e);
+
+  if constexpr (std::is_same_v<T, oxijax::half> || std::is_same_v<T, oxijax::bfloat16>) {
+    constexpr bool kBf16 = std::is_same_v<T, oxijax::bfloat16>;
+    if ((p.dim == 64 || p.dim == 128) && aligned16(q) && aligned16(k) && aligned16(v) &&
+        aligned16(out)) {
+      int device = 0, major = 0;
+      cudaError_t err = cudaGetDevice(&device);
+      if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      if (err != cudaSuccess) return err;
+      if (major >= 8) {
+        return p.dim == 64 ? launch_mma<kBf16, 64>(stream, p, bh, q, k, v, out, lse)
+                           : launch_mma<kBf16, 128>(stream, p, bh, q, k, v, out, lse);
+      }
+    }
+  }
+  return launch_simt<T>(stream, p, bh, q, k, v, out, lse);
+}
+
+template cudaError_t attention<oxijax::half>(cudaStream_t, const AttentionShape&,
+                                             const oxijax::half*, const oxijax::half*,
+                                             const oxijax::half*, oxijax::half*, float*);
+template cudaError_t attention<oxijax::bfloat16>(cudaStream_t, const AttentionShape&,
+                                                 const oxijax::bfloat16*,
+                                                 const oxijax::bfloat16*,
+                                                 const oxijax::bfloat16*, oxijax::bfloat16*,
+                                                 float*);
+template cudaError_t attention<float>(cudaStream_t, const AttentionShape&, const float*,
+                                      const float*, const float*, float*, float*);
+template cudaError_t attention<double>(cudaStream_t, const AttentionShape&, const double*,
+                                       const double*, const double*, double*, double*);
+
+}  // namespace oxijax::cuda

@@ -1,0 +1,583 @@
+// CUDA elementwise kernels: unary ops over a contiguous array, and binary ops with
+// NumPy broadcasting by strides (a broadcast operand is never materialised).
+//
+// * Every kernel is a grid-stride loop over "items" of V consecutive outputs: V = 16 /
+//   sizeof(T) (one 128-bit load or store) where the pointers allow it, else fewer (down
+//   to 1). Each thread loads kUnroll items before it computes, so several loads are in
+//   flight per thread; a grid is at most one wave of resident blocks. Packs are kept in
+//   their storage type until the math, which runs in Acc<T> (oxijax/math.h functors).
+// * The op is chosen by a switch on the host: kernels are templates over the functor,
+//   so no loop carries a switch.
+// * unary, and binary whose simplified shape is one dim with operand strides in {0, 1}
+//   (same shape, one operand a scalar, or both): a scalar head up to out's 16-byte
+//   boundary, a 128-bit body and a scalar tail. The body is vectorised when every
+//   contiguous operand has out's address modulo 16 (XLA's buffers all are 16-byte
+//   aligned); otherwise the whole run is scalar.
+// * binary, general: BroadcastShape is simplified on the host (size-1 dims dropped,
+//   adjacent dims merged where both operands' strides allow it). The merged dims, at
+//   most kMaxDims, travel by value in the kernel parameters with precomputed
+//   magic-number dividers (32-bit index math when every index and offset fits in 31
+//   bits, else 64-bit). When the innermost merged dim is a multiple of V and each
+//   operand is contiguous (stride 1: vector loads) or broadcast (stride 0: one scalar
+//   load) along it, an item is V outputs of one row; otherwise V = 1, any strides.
+//   A shape with more than kMaxDims dims after merging is refused: binary returns
+//   cudaErrorInvalidValue and launches nothing (NumPy-style broadcasting needs at least
+//   9 alternating broadcast / non-broadcast dims to get there).
+//
+// Launchers only enqueue; they return cudaSuccess without launching for empty arrays,
+// else cudaGetLastError() after the launch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kernels.h"
+#include "oxijax/math.h"
+
+namespace oxijax::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // threads per block
+constexpr int kUnroll = 4;     // items per thread per grid-stride step
+constexpr int kMaxDims = 8;    // merged dims of a general broadcast
+constexpr int kVecBytes = 16;
+
+// ------------------------------------------------------------ conversions
+
+// Storage -> compute type with the hardware conversions (round to nearest even, as
+// numeric.h's portable versions; NaN payloads may differ, NaN stays NaN).
+__device__ __forceinline__ float to_acc(oxijax::half x) {
+  return __half2float(__ushort_as_half(x.bits));
+}
+__device__ __forceinline__ float to_acc(oxijax::bfloat16 x) {
+  return __uint_as_float(static_cast<uint32_t>(x.bits) << 16);
+}
+__device__ __forceinline__ float to_acc(float x) { return x; }
+__device__ __forceinline__ double to_acc(double x) { return x; }
+
+template <typename T> __device__ __forceinline__ T from_acc(Acc<T> x);
+template <> __device__ __forceinline__ oxijax::half from_acc<oxijax::half>(float x) {
+  return oxijax::half{__half_as_ushort(__float2half_rn(x))};
+}
+template <> __device__ __forceinline__ oxijax::bfloat16 from_acc<oxijax::bfloat16>(float x) {
+  return oxijax::bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
+}
+template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
+template <> __device__ __forceinline__ double from_acc<double>(double x) { return x; }
+
+// V consecutive elements, loaded and stored as one V * sizeof(T)-byte access.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename T> constexpr int kMaxVec = kVecBytes / static_cast<int>(sizeof(T));
+
+inline uintptr_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// ------------------------------------------------------------ launch geometry
+
+int sm_count() {
+  static std::atomic<int> cache[64];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  if (device >= 0 && device < 64) {
+    if (const int c = cache[device].load(std::memory_order_relaxed)) return c;
+  }
+  int count = 0;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      count <= 0) {
+    (void)cudaGetLastError();
+    count = 132;
+  }
+  if (device >= 0 && device < 64) cache[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+// Resident blocks of kThreads per SM for Kernel (the occupancy calculator, asked once
+// per kernel); grids never exceed one wave of them, so no SM gets a second, partial wave.
+template <auto Kernel>
+int resident_blocks() {
+  static const int blocks = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, kThreads, 0) != cudaSuccess ||
+        b < 1) {
+      (void)cudaGetLastError();
+      b = 2048 / kThreads;
+    }
+    return b;
+  }();
+  return blocks;
+}
+
+// Blocks for `items` items: enough to cover them once, at most one wave.
+unsigned grid_for(int64_t items, int blocks_per_sm) {
+  const int64_t per_block = int64_t{kThreads} * kUnroll;
+  const int64_t want = (items + per_block - 1) / per_block;
+  const int64_t cap = int64_t{sm_count()} * blocks_per_sm;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap)));
+}
+
+// ------------------------------------------------------------ unary
+
+// y[i] = f(x[i]) for i < n: x + head is aligned to V * sizeof(T) (head < V); the
+// body runs in packs, head and tail elements one per thread.
+template <typename T, typename F, int V>
+__global__ void __launch_bounds__(kThreads)
+    unary_kernel(const T* x, T* y, int64_t n, int64_t head) {
+  using P = Pack<T, V>;
+  const F f;
+  const int64_t body = (n - head) / V;
+  const P* xv = reinterpret_cast<const P*>(x + head);
+  P* yv = reinterpret_cast<P*>(y + head);
+  const int64_t step = int64_t{gridDim.x} * kThreads * kUnroll;
+  for (int64_t base = int64_t{blockIdx.x} * kThreads * kUnroll + threadIdx.x; base < body;
+       base += step) {
+    P p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kThreads;
+      if (i < body) p[u] = xv[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kThreads;
+      if (i < body) {
+        P r;
+#pragma unroll
+        for (int k = 0; k < V; ++k) r.v[k] = from_acc<T>(f(to_acc(p[u].v[k])));
+        yv[i] = r;
+      }
+    }
+  }
+  if (V > 1) {
+    const int64_t t = int64_t{blockIdx.x} * kThreads + threadIdx.x;
+    const int64_t tail_start = head + body * V;
+    if (t < head) y[t] = from_acc<T>(f(to_acc(x[t])));
+    if (t < n - tail_start) y[tail_start + t] = from_acc<T>(f(to_acc(x[tail_start + t])));
+  }
+}
+
+template <typename T, UnaryOp op>
+cudaError_t unary_op(cudaStream_t stream, const T* x, T* y, int64_t n) {
+  using F = Unary<op>;
+  constexpr int VM = kMaxVec<T>;
+  const uintptr_t mis = address(y) % kVecBytes;
+  const bool vec = address(y) % sizeof(T) == 0 && address(x) % kVecBytes == mis;
+  if (vec) {
+    const int64_t head = std::min<int64_t>(n, (kVecBytes - mis) % kVecBytes / sizeof(T));
+    const unsigned grid = grid_for((n - head) / VM, resident_blocks<unary_kernel<T, F, VM>>());
+    unary_kernel<T, F, VM><<<grid, kThreads, 0, stream>>>(x, y, n, head);
+  } else {
+    const unsigned grid = grid_for(n, resident_blocks<unary_kernel<T, F, 1>>());
+    unary_kernel<T, F, 1><<<grid, kThreads, 0, stream>>>(x, y, n, 0);
+  }
+  return cudaGetLastError();
+}
+
+// ------------------------------------------------------------ binary, one dim
+
+// out[i] = f(a[i or 0], b[i or 0]) for i < n; a (b) is a single element when AS (BS).
+// Layout as unary_kernel: out + head and the contiguous operands + head are aligned.
+template <typename T, typename F, int V, bool AS, bool BS>
+__global__ void __launch_bounds__(kThreads)
+    binary_flat_kernel(const T* a, const T* b, T* out, int64_t n, int64_t head) {
+  using P = Pack<T, V>;
+  const F f;
+  T a0{}, b0{};
+  if (AS) a0 = a[0];
+  if (BS) b0 = b[0];
+  const int64_t body = (n - head) / V;
+  const P* av = reinterpret_cast<const P*>(a + head);
+  const P* bv = reinterpret_cast<const P*>(b + head);
+  P* ov = reinterpret_cast<P*>(out + head);
+  const int64_t step = int64_t{gridDim.x} * kThreads * kUnroll;
+  for (int64_t base = int64_t{blockIdx.x} * kThreads * kUnroll + threadIdx.x; base < body;
+       base += step) {
+    P pa[kUnroll], pb[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kThreads;
+      if (i < body) {
+        if (!AS) pa[u] = av[i];
+        if (!BS) pb[u] = bv[i];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kThreads;
+      if (i < body) {
+        P r;
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          r.v[k] = from_acc<T>(f(to_acc(AS ? a0 : pa[u].v[k]), to_acc(BS ? b0 : pb[u].v[k])));
+        ov[i] = r;
+      }
+    }
+  }
+  if (V > 1) {
+    const int64_t t = int64_t{blockIdx.x} * kThreads + threadIdx.x;
+    const int64_t tail_start = head + body * V;
+    if (t < head)
+      out[t] = from_acc<T>(f(to_acc(AS ? a0 : a[t]), to_acc(BS ? b0 : b[t])));
+    if (t < n - tail_start) {
+      const int64_t i = tail_start + t;
+      out[i] = from_acc<T>(f(to_acc(AS ? a0 : a[i]), to_acc(BS ? b0 : b[i])));
+    }
+  }
+}
+
+template <typename T, typename F, bool AS, bool BS>
+void launch_flat(cudaStream_t stream, const T* a, const T* b, T* out, int64_t n) {
+  constexpr int VM = kMaxVec<T>;
+  const uintptr_t mis = address(out) % kVecBytes;
+  const bool vec = address(out) % sizeof(T) == 0 && (AS || address(a) % kVecBytes == mis) &&
+                   (BS || address(b) % kVecBytes == mis);
+  if (vec) {
+    const int64_t head = std::min<int64_t>(n, (kVecBytes - mis) % kVecBytes / sizeof(T));
+    const unsigned grid =
+        grid_for((n - head) / VM, resident_blocks<binary_flat_kernel<T, F, VM, AS, BS>>());
+    binary_flat_kernel<T, F, VM, AS, BS><<<grid, kThreads, 0, stream>>>(a, b, out, n, head);
+  } else {
+    const unsigned grid = grid_for(n, resident_blocks<binary_flat_kernel<T, F, 1, AS, BS>>());
+    binary_flat_kernel<T, F, 1, AS, BS><<<grid, kThreads, 0, stream>>>(a, b, out, n, 0);
+  }
+}
+
+// ------------------------------------------------------------ binary, general
+
+// n / d for n < 2^(bits - 1) and 1 <= d < 2^(bits - 1) by a multiply-high and a shift
+// (the round-up method of Granlund & Montgomery, as in PyTorch's IntDivider):
+// s = ceil(log2 d), m = floor(2^bits * (2^s - d) / d) + 1, n / d = (mulhi(n, m) + n) >> s.
+// mulhi(n, m) < n, so the sum does not overflow.
+template <typename I> struct Divider;
+
+template <> struct Divider<uint32_t> {
+  uint32_t d = 1, m = 1, s = 0;
+  static Divider make(uint32_t d) {
+    Divider r;
+    r.d = d;
+    while ((uint64_t{1} << r.s) < d) ++r.s;
+    r.m = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << r.s) - d)) / d + 1);
+    return r;
+  }
+  __host__ __device__ __forceinline__ uint32_t div(uint32_t n) const {
+#if defined(__CUDA_ARCH__)
+    const uint32_t hi = __umulhi(n, m);
+#else
+    const uint32_t hi = static_cast<uint32_t>((uint64_t{n} * m) >> 32);
+#endif
+    return (hi + n) >> s;
+  }
+};
+
+template <> struct Divider<uint64_t> {
+  uint64_t d = 1, m = 1;
+  uint32_t s = 0;
+  static Divider make(uint64_t d) {
+    using U128 = unsigned __int128;
+    Divider r;
+    r.d = d;
+    while ((U128{1} << r.s) < d) ++r.s;
+    r.m = static_cast<uint64_t>(((U128{1} << 64) * ((U128{1} << r.s) - d)) / d + 1);
+    return r;
+  }
+  __host__ __device__ __forceinline__ uint64_t div(uint64_t n) const {
+#if defined(__CUDA_ARCH__)
+    const uint64_t hi = __umul64hi(n, m);
+#else
+    const uint64_t hi = static_cast<uint64_t>((static_cast<unsigned __int128>(n) * m) >> 64);
+#endif
+    return (hi + n) >> s;
+  }
+};
+
+// A simplified broadcast over `items` items, dims innermost first: dim 0 counts the
+// items of a row (inner / V), its strides are per item (V * the element stride).
+// The outermost dim (rank - 1) needs no divider. Strides are element offsets; with
+// I = uint64_t they may be negative (two's complement), with uint32_t they are not.
+template <typename I>
+struct General {
+  int rank = 0;
+  I items = 0;
+  Divider<I> div[kMaxDims];
+  I sa[kMaxDims] = {}, sb[kMaxDims] = {};
+};
+
+template <typename I>
+__host__ __device__ __forceinline__ void offsets(const General<I>& g, I item, I& oa, I& ob) {
+  I rest = item;
+  oa = 0;
+  ob = 0;
+#pragma unroll
+  for (int k = 0; k < kMaxDims; ++k) {
+    if (k + 1 == g.rank) {
+      oa += rest * g.sa[k];
+      ob += rest * g.sb[k];
+      break;
+    }
+    const I q = g.div[k].div(rest);
+    const I r = rest - q * g.div[k].d;
+    oa += r * g.sa[k];
+    ob += r * g.sb[k];
+    rest = q;
+  }
+}
+
+// out[item * V + k] = f(a[oa + k or oa], b[ob + k or ob]), k < V: AV (BV) loads V
+// contiguous elements of a (b), otherwise one element, used V times.
+template <typename T, typename F, int V, typename I, bool AV, bool BV>
+__global__ void __launch_bounds__(kThreads)
+    binary_general_kernel(const General<I> g, const T* a, const T* b, T* out) {
+  using P = Pack<T, V>;
+  using S = std::make_signed_t<I>;
+  using PA = std::conditional_t<AV, P, T>;
+  using PB = std::conditional_t<BV, P, T>;
+  const F f;
+  const I step = static_cast<I>(gridDim.x) * (kThreads * kUnroll);
+  for (I base = static_cast<I>(blockIdx.x) * (kThreads * kUnroll) + threadIdx.x; base < g.items;
+       base += step) {
+    PA pa[kUnroll];
+    PB pb[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const I i = base + u * kThreads;
+      if (i < g.items) {
+        I oa, ob;
+        offsets(g, i, oa, ob);
+        pa[u] = *reinterpret_cast<const PA*>(a + static_cast<S>(oa));
+        pb[u] = *reinterpret_cast<const PB*>(b + static_cast<S>(ob));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const I i = base + u * kThreads;
+      if (i < g.items) {
+        P r;
+        if constexpr (AV && BV) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) r.v[k] = from_acc<T>(f(to_acc(pa[u].v[k]), to_acc(pb[u].v[k])));
+        } else if constexpr (AV) {
+          const auto y = to_acc(pb[u]);
+#pragma unroll
+          for (int k = 0; k < V; ++k) r.v[k] = from_acc<T>(f(to_acc(pa[u].v[k]), y));
+        } else if constexpr (BV) {
+          const auto x = to_acc(pa[u]);
+#pragma unroll
+          for (int k = 0; k < V; ++k) r.v[k] = from_acc<T>(f(x, to_acc(pb[u].v[k])));
+        } else {
+          const T v = from_acc<T>(f(to_acc(pa[u]), to_acc(pb[u])));
+#pragma unroll
+          for (int k = 0; k < V; ++k) r.v[k] = v;
+        }
+        reinterpret_cast<P*>(out)[i] = r;
+      }
+    }
+  }
+}
+
+// The output's dims with size-1 dims dropped and mergeable neighbours merged
+// (outermost first, like BroadcastShape).
+struct Simplified {
+  std::vector<int64_t> dims, sa, sb;
+  int64_t total = 1;
+};
+
+Simplified simplify(const BroadcastShape& shape) {
+  Simplified s;
+  for (int64_t d : shape.dims) s.total *= d;
+  if (s.total == 0) return s;
+  for (size_t d = 0; d < shape.dims.size(); ++d) {
+    const int64_t n = shape.dims[d];
+    if (n == 1) continue;
+    const int64_t sa = shape.a_strides[d], sb = shape.b_strides[d];
+    if (!s.dims.empty() && s.sa.back() == sa * n && s.sb.back() == sb * n) {
+      s.dims.back() *= n;
+      s.sa.back() = sa;
+      s.sb.back() = sb;
+    } else {
+      s.dims.push_back(n);
+      s.sa.push_back(sa);
+      s.sb.push_back(sb);
+    }
+  }
+  return s;
+}
+
+template <typename I>
+General<I> make_general(const Simplified& s, int v) {
+  General<I> g;
+  const int rank = static_cast<int>(s.dims.size());
+  g.rank = rank;
+  g.items = static_cast<I>(s.total / v);
+  for (int k = 0; k < rank; ++k) {
+    const int d = rank - 1 - k;
+    const int64_t n = k == 0 ? s.dims[d] / v : s.dims[d];
+    const int64_t scale = k == 0 ? v : 1;
+    if (k + 1 < rank) g.div[k] = Divider<I>::make(static_cast<I>(n));
+    g.sa[k] = static_cast<I>(s.sa[d] * scale);
+    g.sb[k] = static_cast<I>(s.sb[d] * scale);
+  }
+  return g;
+}
+
+// Whether items of v outputs work: the innermost dim splits into whole items, out is
+// aligned for them and each operand is broadcast along it (stride 0) or contiguous
+// (stride 1, aligned, and every outer stride a multiple of v, so every row is aligned).
+template <typename T>
+bool vector_fits(const Simplified& s, int v, const T* a, const T* b, const T* out) {
+  const size_t rank = s.dims.size();
+  const uintptr_t bytes = static_cast<uintptr_t>(v) * sizeof(T);
+  if (s.dims[rank - 1] % v != 0 || address(out) % bytes != 0) return false;
+  auto operand_fits = [&](const T* p, const std::vector<int64_t>& strides) {
+    if (strides[rank - 1] == 0) return true;
+    if (strides[rank - 1] != 1 || address(p) % bytes != 0) return false;
+    for (size_t d = 0; d + 1 < rank; ++d)
+      if (strides[d] % v != 0) return false;
+    return true;
+  };
+  return operand_fits(a, s.sa) && operand_fits(b, s.sb);
+}
+
+template <typename T, typename F, int V, typename I>
+void launch_general_v(cudaStream_t stream, const Simplified& s, const T* a, const T* b, T* out) {
+  const General<I> g = make_general<I>(s, V);
+  const int64_t items = static_cast<int64_t>(g.items);
+  const size_t rank = s.dims.size();
+  if constexpr (V == 1) {
+    constexpr auto kernel = binary_general_kernel<T, F, 1, I, false, false>;
+    kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+  } else {
+    const bool av = s.sa[rank - 1] == 1, bv = s.sb[rank - 1] == 1;
+    if (av && bv) {
+      constexpr auto kernel = binary_general_kernel<T, F, V, I, true, true>;
+      kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+    } else if (av) {
+      constexpr auto kernel = binary_general_kernel<T, F, V, I, true, false>;
+      kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+    } else if (bv) {
+      constexpr auto kernel = binary_general_kernel<T, F, V, I, false, true>;
+      kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+    } else {
+      constexpr auto kernel = binary_general_kernel<T, F, V, I, false, false>;
+      kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+    }
+  }
+}
+
+// Largest offset reachable through `strides`, or -1 when a stride is negative.
+int64_t max_offset(const Simplified& s, const std::vector<int64_t>& strides) {
+  int64_t m = 0;
+  for (size_t d = 0; d < s.dims.size(); ++d) {
+    if (strides[d] < 0) return -1;
+    m += (s.dims[d] - 1) * strides[d];
+  }
+  return m;
+}
+
+template <typename T, typename F>
+void launch_general(cudaStream_t stream, const Simplified& s, const T* a, const T* b, T* out) {
+  constexpr int VM = kMaxVec<T>;
+  constexpr int64_t kLimit32 = int64_t{1} << 31;
+  const int64_t ma = max_offset(s, s.sa), mb = max_offset(s, s.sb);
+  const bool small = s.total < kLimit32 && ma >= 0 && ma < kLimit32 && mb >= 0 && mb < kLimit32;
+  if (small) {
+    if (vector_fits(s, VM, a, b, out))
+      return launch_general_v<T, F, VM, uint32_t>(stream, s, a, b, out);
+    if constexpr (VM / 2 > 1) {
+      if (vector_fits(s, VM / 2, a, b, out))
+        return launch_general_v<T, F, VM / 2, uint32_t>(stream, s, a, b, out);
+    }
+    return launch_general_v<T, F, 1, uint32_t>(stream, s, a, b, out);
+  }
+  if (vector_fits(s, VM, a, b, out))
+    return launch_general_v<T, F, VM, uint64_t>(stream, s, a, b, out);
+  return launch_general_v<T, F, 1, uint64_t>(stream, s, a, b, out);
+}
+
+template <typename T, BinaryOp op>
+cudaError_t binary_op(cudaStream_t stream, const BroadcastShape& shape, const T* a, const T* b,
+                      T* out) {
+  using F = Binary<op>;
+  const Simplified s = simplify(shape);
+  if (s.total <= 0) return cudaSuccess;
+  const size_t rank = s.dims.size();
+  if (rank == 0) {  // every dim is 1: one element
+    launch_flat<T, F, true, true>(stream, a, b, out, 1);
+    return cudaGetLastError();
+  }
+  if (rank == 1) {
+    const int64_t sa = s.sa[0], sb = s.sb[0];
+    if (sa == 1 && sb == 1) {
+      launch_flat<T, F, false, false>(stream, a, b, out, s.total);
+      return cudaGetLastError();
+    }
+    if (sa == 0 && sb == 1) {
+      launch_flat<T, F, true, false>(stream, a, b, out, s.total);
+      return cudaGetLastError();
+    }
+    if (sa == 1 && sb == 0) {
+      launch_flat<T, F, false, true>(stream, a, b, out, s.total);
+      return cudaGetLastError();
+    }
+    if (sa == 0 && sb == 0) {
+      launch_flat<T, F, true, true>(stream, a, b, out, s.total);
+      return cudaGetLastError();
+    }
+  }
+  if (rank > static_cast<size_t>(kMaxDims)) return cudaErrorInvalidValue;
+  launch_general<T, F>(stream, s, a, b, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t unary(cudaStream_t stream, UnaryOp op, const T* x, T* y, int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  switch (op) {
+    case UnaryOp::RELU: return unary_op<T, UnaryOp::RELU>(stream, x, y, n);
+    case UnaryOp::SIGMOID: return unary_op<T, UnaryOp::SIGMOID>(stream, x, y, n);
+    case UnaryOp::TANH: return unary_op<T, UnaryOp::TANH>(stream, x, y, n);
+    case UnaryOp::EXP: return unary_op<T, UnaryOp::EXP>(stream, x, y, n);
+    case UnaryOp::LOG: return unary_op<T, UnaryOp::LOG>(stream, x, y, n);
+    case UnaryOp::SQRT: return unary_op<T, UnaryOp::SQRT>(stream, x, y, n);
+    case UnaryOp::ABS: return unary_op<T, UnaryOp::ABS>(stream, x, y, n);
+    case UnaryOp::NEG: return unary_op<T, UnaryOp::NEG>(stream, x, y, n);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t binary(cudaStream_t stream, BinaryOp op, const BroadcastShape& shape, const T* a,
+                   const T* b, T* out) {
+  switch (op) {
+    case BinaryOp::ADD: return binary_op<T, BinaryOp::ADD>(stream, shape, a, b, out);
+    case BinaryOp::SUB: return binary_op<T, BinaryOp::SUB>(stream, shape, a, b, out);
+    case BinaryOp::MUL: return binary_op<T, BinaryOp::MUL>(stream, shape, a, b, out);
+    case BinaryOp::DIV: return binary_op<T, BinaryOp::DIV>(stream, shape, a, b, out);
+    case BinaryOp::MAX: return binary_op<T, BinaryOp::MAX>(stream, shape, a, b, out);
+    case BinaryOp::MIN: return binary_op<T, BinaryOp::MIN>(stream, shape, a, b, out);
+  }
+  return cudaErrorInvalidValue;
+}
+
+#define OXIJAX_INSTANTIATE(T)                                                                  \
+  template cudaError_t unary<T>(cudaStream_t, UnaryOp, const T*, T*, int64_t);                 \
+  template cudaError_t binary<T>(cudaStream_t, BinaryOp, const BroadcastShape&, const T*,      \
+                                 const T*, T*);
+OXIJAX_INSTANTIATE(oxijax::half)
+OXIJAX_INSTANTIATE(oxijax::bfloat16)
+OXIJAX_INSTANTIATE(float)
+OXIJAX_INSTANTIATE(double)
+#undef OXIJAX_INSTANTIATE
+
+}  // namespace oxijax::cuda

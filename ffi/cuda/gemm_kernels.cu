@@ -1,0 +1,1084 @@
+// gemm on CUDA: out = alpha * op(a) @ op(b) + beta * c for every batch index.
+//
+// Kernels (one tile configuration per dtype path):
+//  - float16 / bfloat16: tensor cores, mma.sync m16n8k16 (fp32 accumulation);
+//  - float32 with allow_tf32: tensor cores, mma.sync m16n8k8 .tf32 (inputs rounded
+//    with cvt.rna.tf32.f32, fp32 accumulation);
+//  - float64: FP64 tensor cores, mma.sync m8n8k4 .f64;
+//  - float32 (default, exact): SIMT register-tiled kernel, 128x128x8 block tile,
+//    8x8 outputs per thread, shared-memory double buffering staged through registers.
+// All need sm_80+ except the SIMT kernel.
+//
+// The tensor-core kernels share one template (mma_gemm_kernel): a block computes a BM x BN
+// output tile; shared memory holds STAGES k-slices of BK elements (64 bytes), filled
+// with cp.async. Each operand's slice keeps its global layout ("K-major" when k is the
+// contiguous dim: a not transposed, b transposed; "MN-major" otherwise), so the global
+// -> shared copy is a plain 2-D tile copy of 16-byte chunks in every case, and the
+// fragment loads adapt instead (ldmatrix / ldmatrix.trans for 16-bit types, ldmatrix
+// or 32/64-bit shared loads otherwise). Chunks are XOR-swizzled within their row so
+// that both the copies and the fragment loads are free of bank conflicts. Edges
+// (any m, n, k) are zero-filled by cp.async's src-size operand (0 for a copy outside
+// the matrix).
+//
+// Global -> shared copies use the widest width (16, 8 or 4 bytes) that every chunk of
+// an operand is aligned to (base pointer, leading dimension and batch strides); 16-bit
+// operands with odd leading dimensions fall back to synchronous element loads. Since
+// the leading dim is the stored row length, a copy of that width is then either
+// wholly inside or wholly outside the matrix.
+//
+// Batch: blockIdx.x enumerates the output tiles (grouped along m for L2 reuse),
+// blockIdx.y (and a loop, for > 65535 matrices) the batch items; per-operand batch
+// offsets come from up to kMaxBatchRank merged batch dims (BatchIndex; more is
+// cudaErrorInvalidValue). All offsets are 64-bit.
+//
+// Residency: the f16/bf16/f64 and SIMT kernels are register-capped at 128 so that two
+// 256-thread blocks fit an SM (48 KB static shared memory each for the tensor-core
+// kernels, 16.5 KB for SIMT); tf32 runs one block per SM. No kernel spills registers
+// in its main loop (a few bytes spill outside it in some instantiations).
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels.h"
+
+namespace oxijax::cuda {
+namespace {
+
+// ---------------------------------------------------------------------------------
+// Parameters
+// ---------------------------------------------------------------------------------
+
+constexpr int kMaxBatchRank = 6;
+
+// The batch dims after dropping size-1 dims and merging neighbours whose strides
+// chain (for both operands); dim rank-1 is the innermost.
+struct BatchIndex {
+  int rank;
+  int64_t dims[kMaxBatchRank];
+  int64_t a_stride[kMaxBatchRank];
+  int64_t b_stride[kMaxBatchRank];
+};
+
+// Copy widths of the global -> shared path: cp.async of 16, 8 or 4 bytes, or
+// kCopySync (2-byte elements read one by one, stored synchronously).
+constexpr int kCopySync = 2;
+
+template <typename T>
+struct Params {
+  const T* a;
+  const T* b;
+  const T* c;  // read only when beta != 0
+  T* out;
+  int64_t m, n, k;
+  int64_t lda, ldb;  // leading dims of a and b as stored
+  int64_t batch;
+  int64_t tiles_m, tiles_n;  // tiles_m * tiles_n <= INT_MAX (gridDim.x)
+  Acc<T> alpha, beta;
+  int a_copy, b_copy;  // copy width of each operand (bytes, see kCopySync)
+  bool out_vec;        // out (and c) may be accessed in aligned vectors in the epilogue
+  BatchIndex bi;
+};
+
+template <typename I>
+__device__ __forceinline__ I imin(I x, I y) { return x < y ? x : y; }
+
+__device__ __forceinline__ void batch_offsets(const BatchIndex& bi, int64_t item,
+                                              int64_t& a_off, int64_t& b_off) {
+  a_off = 0;
+  b_off = 0;
+#pragma unroll
+  for (int d = kMaxBatchRank - 1; d >= 0; --d) {
+    if (d < bi.rank) {
+      const int64_t size = bi.dims[d];
+      const int64_t q = item / size;
+      const int64_t i = item - q * size;
+      a_off += i * bi.a_stride[d];
+      b_off += i * bi.b_stride[d];
+      item = q;
+    }
+  }
+}
+
+// blockIdx.x -> (tile row, tile col), in groups of kGroup tile rows so that blocks
+// running together share panels of a and b in L2. A bijection onto the tile grid.
+__device__ __forceinline__ void tile_coords(int64_t tiles_m, int64_t tiles_n, int64_t& tm,
+                                            int64_t& tn) {
+  constexpr int64_t kGroup = 8;
+  const int64_t pid = blockIdx.x;
+  const int64_t per_group = kGroup * tiles_n;
+  const int64_t group = pid / per_group;
+  const int64_t first_m = group * kGroup;
+  const int64_t rows = imin<int64_t>(tiles_m - first_m, kGroup);
+  const int64_t r = pid - group * per_group;  // < rows * tiles_n
+  tm = first_m + r % rows;
+  tn = r / rows;
+}
+
+// ---------------------------------------------------------------------------------
+// Epilogue: out = alpha * acc + beta * c, rounded once to T.
+// ---------------------------------------------------------------------------------
+
+// c is read (c[off]) only when beta != 0.
+template <typename T>
+__device__ __forceinline__ T finish(const Params<T>& p, Acc<T> acc, const T* c, int64_t off) {
+  Acc<T> v = p.alpha * acc;
+  if (p.beta != Acc<T>(0)) v = fma(p.beta, load(c[off]), v);
+  return store<T>(v);
+}
+
+template <typename T>
+struct alignas(2 * sizeof(T)) Pair {
+  T x, y;
+};
+
+// Two horizontally adjacent results at element offset off (and off + 1 when `both`).
+template <typename T>
+__device__ __forceinline__ void store_pair(const Params<T>& p, int64_t off, bool both, Acc<T> v0,
+                                           Acc<T> v1) {
+  if (p.out_vec && both) {  // off is even: n is even and so are n0 and the column
+    Pair<T> cv{};
+    if (p.beta != Acc<T>(0)) cv = *reinterpret_cast<const Pair<T>*>(p.c + off);
+    Pair<T> r;
+    r.x = finish(p, v0, &cv.x, 0);
+    r.y = finish(p, v1, &cv.y, 0);
+    *reinterpret_cast<Pair<T>*>(p.out + off) = r;
+    return;
+  }
+  p.out[off] = finish(p, v0, p.c, off);
+  if (both) p.out[off + 1] = finish(p, v1, p.c, off + 1);
+}
+
+// ---------------------------------------------------------------------------------
+// PTX wrappers (sm_80+)
+// ---------------------------------------------------------------------------------
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define OXIJAX_SM80_OR_TRAP() __trap()
+#define OXIJAX_SM80 0
+#else
+#define OXIJAX_SM80_OR_TRAP() \
+  do {                        \
+  } while (0)
+#define OXIJAX_SM80 1
+#endif
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies src_bytes (0..kBytes) from global src to shared dst and zero-fills the rest
+// of the kBytes; with src_bytes == 0 nothing is read. src and dst are kBytes-aligned.
+template <int kBytes>
+__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, int src_bytes) {
+#if OXIJAX_SM80
+  const size_t g = __cvta_generic_to_global(src);
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(g),
+                 "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(g),
+                 "n"(kBytes), "r"(src_bytes)
+                 : "memory");
+  }
+#else
+  OXIJAX_SM80_OR_TRAP();
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if OXIJAX_SM80
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if OXIJAX_SM80
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+#if OXIJAX_SM80
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+#else
+  OXIJAX_SM80_OR_TRAP();
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+#if OXIJAX_SM80
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+#else
+  OXIJAX_SM80_OR_TRAP();
+#endif
+}
+
+__device__ __forceinline__ uint32_t to_tf32(uint32_t f32_bits) {
+  uint32_t r = 0;
+#if OXIJAX_SM80
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(f32_bits)));
+#else
+  OXIJAX_SM80_OR_TRAP();
+#endif
+  return r;
+}
+
+enum class Kind { kF16, kBF16, kTF32, kF64 };
+
+// d += a * b for one MMA tile; fragment layouts as in the PTX ISA (see mma_gemm_kernel).
+template <Kind K>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if OXIJAX_SM80
+  if constexpr (K == Kind::kF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else if constexpr (K == Kind::kBF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    static_assert(K == Kind::kTF32);
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+#else
+  OXIJAX_SM80_OR_TRAP();
+#endif
+}
+
+__device__ __forceinline__ void mma_f64(double (&d)[2], double a, double b) {
+#if OXIJAX_SM80
+  asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+      : "+d"(d[0]), "+d"(d[1])
+      : "d"(a), "d"(b));
+#else
+  OXIJAX_SM80_OR_TRAP();
+#endif
+}
+
+// ---------------------------------------------------------------------------------
+// Tensor-core kernel configurations. Every configuration has BK * sizeof(T) == 64
+// bytes: a K-major row of a slice is 4 chunks of 16 bytes, and one MMA k-step spans
+// 32 bytes = 2 chunks.
+// ---------------------------------------------------------------------------------
+
+template <Kind K>
+struct MmaConfig;
+
+// kMinBlocks: resident blocks per SM the register allocation must allow (2 caps it at
+// 128 registers a thread). The tf32 kernel's scalar fragment loads of MN-major slices
+// need more than that without spilling in the main loop, so it runs one block per SM.
+template <typename T, Kind K>
+struct Mma16x8Config {  // float16, bfloat16 (m16n8k16) and tf32 (m16n8k8)
+  using Elem = T;
+  static constexpr Kind kKind = K;
+  static constexpr int BM = 128, BN = 128, BK = 64 / int(sizeof(T));
+  static constexpr int WARPS_M = 2, WARPS_N = 4, STAGES = 3;
+  static constexpr int MMA_M = 16, MMA_N = 8, MMA_K = BK / 2;
+  static constexpr int kMinBlocks = K == Kind::kTF32 ? 1 : 2;
+};
+template <>
+struct MmaConfig<Kind::kF16> : Mma16x8Config<half, Kind::kF16> {};
+template <>
+struct MmaConfig<Kind::kBF16> : Mma16x8Config<bfloat16, Kind::kBF16> {};
+template <>
+struct MmaConfig<Kind::kTF32> : Mma16x8Config<float, Kind::kTF32> {};
+template <>
+struct MmaConfig<Kind::kF64> {  // m8n8k4
+  using Elem = double;
+  static constexpr Kind kKind = Kind::kF64;
+  static constexpr int BM = 128, BN = 64, BK = 8;
+  static constexpr int WARPS_M = 4, WARPS_N = 2, STAGES = 4;
+  static constexpr int MMA_M = 8, MMA_N = 8, MMA_K = 4;
+  static constexpr int kMinBlocks = 2;
+};
+
+// Chunk index of logical chunk `ch` of row `r` in a slice with kRowChunks chunks per
+// row. The XOR stays inside the row (K-major rows have 4 chunks, MN-major rows a
+// multiple of 8). Conflict-free accesses (16-byte units of a 128-byte bank sweep):
+//  - K-major, ldmatrix (16/32-bit types): 8 rows r0..r0+7 (r0 % 8 == 0), one chunk:
+//    unit = 4 * (r & 1) + (ch ^ ((r >> 1) & 3)) takes 8 distinct values.
+//  - K-major, 64-bit loads: per half-warp 4 rows r0..r0+3 (r0 % 4 == 0), chunks
+//    {2s, 2s+1}: unit = 4 * (r & 1) + (ch ^ (2 * ((r >> 1) & 1))), 8 distinct values.
+//  - MN-major (row length a multiple of 128 bytes): the XOR is a bijection of r & 7
+//    (ldmatrix.trans, 8 rows r0..r0+7), and 2 * (r & 3) separates the 4 rows
+//    r0..r0+3 of the 32/64-bit fragment loads, which touch chunk pairs {2j, 2j+1}.
+//  - cp.async writes: 8 consecutive threads write 2 rows x 4 chunks (K-major, the
+//    same XOR for both rows) or 8 consecutive chunks of a row: distinct units.
+template <int kRowChunks, bool kKMajor, bool k64Bit>
+__device__ __forceinline__ int chunk_index(int r, int ch) {
+  static_assert(kKMajor ? kRowChunks == 4 : kRowChunks % 8 == 0, "slice geometry");
+  int x;
+  if constexpr (kKMajor) {
+    x = k64Bit ? ((r >> 1) & 1) << 1 : (r >> 1) & 3;
+  } else {
+    x = ((r & 3) << 1) | ((r >> 2) & 1);
+  }
+  return r * kRowChunks + (ch ^ x);
+}
+
+// One 16-byte chunk with copies narrower than 16 bytes: `bytes` (0..16) valid bytes at
+// src, the rest zero-filled. width is 8 or 4 (cp.async, at least the element size) or
+// kCopySync (2-byte elements, synchronous). Out of line: it keeps the register
+// allocation of the kernels' main loops to the 16-byte path.
+template <int kE>
+__device__ __noinline__ void copy_chunk_narrow(uint32_t dst, const char* src, int bytes,
+                                               int width) {
+  if (width == 8) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int b = bytes - 8 * j >= 8 ? 8 : (bytes - 8 * j > 0 ? bytes - 8 * j : 0);
+      cp_async<8>(dst + 8 * j, b > 0 ? src + 8 * j : src, b);
+    }
+  } else if constexpr (kE <= 4) {
+    if (width == 4) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int b = bytes - 4 * j >= 4 ? 4 : (bytes - 4 * j > 0 ? bytes - 4 * j : 0);
+        cp_async<4>(dst + 4 * j, b > 0 ? src + 4 * j : src, b);
+      }
+    } else if constexpr (kE == 2) {  // kCopySync: 2-byte aligned elements
+      const int n = bytes / 2;
+      const unsigned short* e = reinterpret_cast<const unsigned short*>(src);
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t lo = 2 * j < n ? uint32_t(__ldg(e + 2 * j)) : 0u;
+        const uint32_t hi = 2 * j + 1 < n ? uint32_t(__ldg(e + 2 * j + 1)) : 0u;
+        w[j] = lo | (hi << 16);
+      }
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]),
+                   "r"(w[1]), "r"(w[2]), "r"(w[3])
+                   : "memory");
+    }
+  }
+}
+
+// The global -> shared copies of one operand. A slice is kRows x kRowChunks chunks of
+// 16 bytes; thread tid copies chunks idx = tid + i * kThreads (i < kIters), i.e. row
+// r0 + i * kRowStep, chunk ch of its row (the same ch for every i, as kThreads is a
+// multiple of kRowChunks). The stored matrix is rows x cols with leading dim ld; in a
+// K-major slice the rows are m (or n) and the columns k, in an MN-major slice the
+// rows are k. Everything that does not change along k is computed once per matrix;
+// next() moves to the following k-slice.
+template <typename T, int kThreads, int kRows, int kRowChunks, bool kKMajor>
+struct SliceLoader {
+  static constexpr int kE = int(sizeof(T));
+  static constexpr int kPer = 16 / kE;  // elements per chunk
+  static constexpr int kIters = kRows * kRowChunks / kThreads;
+  static constexpr int kRowStep = kThreads / kRowChunks;
+  static constexpr int kSliceK = kKMajor ? kRowChunks * kPer : kRows;  // k per slice
+  static_assert(kThreads % kRowChunks == 0 && kIters * kThreads == kRows * kRowChunks,
+                "chunk assignment");
+
+  uintptr_t addr;  // the thread's first chunk in the current slice (read only where
+                   // inside the matrix)
+  int64_t k_rem;   // K-major: k_total - (first k of the chunk); MN-major: k_total - (k
+                   // of the thread's first row), for the current slice
+  int fixed;       // K-major: bit i set when chunk i's row is inside the matrix;
+                   // MN-major: valid elements of each chunk (0..kPer)
+
+  // (row0, col0): the first slice's origin in the stored matrix g (k0 = 0). The
+  // methods take ld again (from the kernel parameters, not registers) and `any`, any
+  // valid global address: the never-read source of fully zero-filled chunks.
+  __device__ __forceinline__ SliceLoader(const T* g, int64_t ld, int64_t row0, int64_t col0,
+                                         int64_t rows, int64_t cols, int tid) {
+    const int r0 = tid / kRowChunks, ch = tid % kRowChunks;
+    const int64_t gc = col0 + int64_t(ch) * kPer;
+    addr = reinterpret_cast<uintptr_t>(g) + uintptr_t(((row0 + r0) * ld + gc) * kE);
+    if constexpr (kKMajor) {
+      k_rem = cols - gc;
+      fixed = 0;
+#pragma unroll
+      for (int i = 0; i < kIters; ++i)
+        if (row0 + r0 + i * kRowStep < rows) fixed |= 1 << i;
+    } else {
+      k_rem = rows - (row0 + r0);
+      fixed = gc < cols ? int(imin<int64_t>(cols - gc, kPer)) : 0;
+    }
+  }
+
+  // Valid elements of chunk i in the current slice.
+  __device__ __forceinline__ int valid(int i) const {
+    if constexpr (kKMajor) {
+      if (!((fixed >> i) & 1) || k_rem <= 0) return 0;
+      return int(imin<int64_t>(k_rem, kPer));
+    } else {
+      return i * kRowStep < k_rem ? fixed : 0;
+    }
+  }
+
+  __device__ __forceinline__ static uint32_t dst(uint32_t slice, int i) {
+    const int tid = threadIdx.x;
+    const int r = tid / kRowChunks + i * kRowStep, ch = tid % kRowChunks;
+    return slice + uint32_t(chunk_index<kRowChunks, kKMajor, kE == 8>(r, ch)) * 16u;
+  }
+
+  __device__ __forceinline__ const char* src(int i, int n, int64_t ld, const T* any) const {
+    return n > 0 ? reinterpret_cast<const char*>(addr + uintptr_t(i * kRowStep * ld * kE))
+                 : reinterpret_cast<const char*>(any);
+  }
+
+  // Copies the current slice to shared memory at `slice` (zero-filling outside the
+  // matrix) with copies of `width` bytes (see copy_width).
+  __device__ __forceinline__ void load(uint32_t slice, int width, int64_t ld,
+                                       const T* any) const {
+    if (width == 16) {
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        const int n = valid(i);
+        cp_async<16>(dst(slice, i), src(i, n, ld, any), n * kE);
+      }
+    } else {
+      load_narrow(slice, width, ld, any);
+    }
+  }
+
+  __device__ __forceinline__ void load_narrow(uint32_t slice, int width, int64_t ld,
+                                              const T* any) const {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int n = valid(i);
+      copy_chunk_narrow<kE>(dst(slice, i), src(i, n, ld, any), n * kE, width);
+    }
+  }
+
+  __device__ __forceinline__ void next(int64_t ld) {
+    addr += uintptr_t(kKMajor ? int64_t(kSliceK) * kE : kSliceK * ld * kE);
+    k_rem -= kSliceK;
+  }
+};
+
+// Reads element e of row r of a slice (scalar shared load).
+template <typename V, int kRowChunks, bool kKMajor>
+__device__ __forceinline__ V lds(const char* slice, int r, int e) {
+  constexpr int kPer = 16 / int(sizeof(V));
+  const int off = chunk_index<kRowChunks, kKMajor, sizeof(V) == 8>(r, e / kPer) * 16 +
+                  (e % kPer) * int(sizeof(V));
+  return *reinterpret_cast<const V*>(slice + off);
+}
+
+// ---------------------------------------------------------------------------------
+// The tensor-core kernel.
+//
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8 /
+// m8n8k4"); lane = 4 * g + t (g = groupID, t = thread in group):
+//  m16n8k16 (16-bit): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
+//    a3 = A[g+8][2t+8..]; b0 = B[2t..2t+1][g], b1 = B[2t+8..][g].
+//  m16n8k8 (tf32): a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4];
+//    b0 = B[t][g], b1 = B[t+4][g].
+//  m8n8k4 (f64): a0 = A[g][t]; b0 = B[t][g]; c0, c1 = C[g][2t], C[g][2t+1].
+//  m16n8 accumulators: c0, c1 = C[g][2t..2t+1], c2, c3 = C[g+8][2t..2t+1].
+// ldmatrix.x4: lanes 8j..8j+7 give the row addresses of matrix j, which lands in
+// register j; without .trans lane l gets row l/4, 16-bit columns 2(l%4), 2(l%4)+1 of
+// each matrix (32-bit column l%4), with .trans the transpose.
+// ---------------------------------------------------------------------------------
+
+template <class Cfg, bool kTransA, bool kTransB>
+__global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlocks)
+    mma_gemm_kernel(const Params<typename Cfg::Elem> p) {
+  using T = typename Cfg::Elem;
+  using AccT = Acc<T>;
+  constexpr Kind kKind = Cfg::kKind;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+  constexpr int kThreads = Cfg::WARPS_M * Cfg::WARPS_N * 32;
+  constexpr int kE = int(sizeof(T));
+  constexpr int WTM = BM / Cfg::WARPS_M, WTN = BN / Cfg::WARPS_N;  // warp tile
+  constexpr int MT = WTM / Cfg::MMA_M, NT = WTN / Cfg::MMA_N;       // MMAs per warp tile
+  constexpr int KSTEPS = BK / Cfg::MMA_K;
+  constexpr int kAccRegs = Cfg::MMA_M * Cfg::MMA_N / 32;
+  static_assert(BK * kE == 64 && KSTEPS == 2, "a slice row is 64 bytes, two MMA k-steps");
+  static_assert(NT % 2 == 0, "B fragments load in pairs of n-tiles");
+  // Slice geometry: A is BM x BK (K-major) or BK x BM (MN-major); B is BN x BK or BK x BN.
+  constexpr bool kAK = !kTransA, kBK = kTransB;  // K-major?
+  constexpr int A_ROWS = kAK ? BM : BK, A_RC = kAK ? 4 : BM * kE / 16;
+  constexpr int B_ROWS = kBK ? BN : BK, B_RC = kBK ? 4 : BN * kE / 16;
+  constexpr int A_CHUNKS = A_ROWS * A_RC, B_CHUNKS = B_ROWS * B_RC;
+  constexpr int STAGE_CHUNKS = A_CHUNKS + B_CHUNKS;
+
+  __shared__ __align__(128) uint4 smem[STAGES * STAGE_CHUNKS];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+  const int g = lane >> 2, t = lane & 3;
+
+  // The block tile's origin; a function of blockIdx only, recomputed where needed
+  // rather than kept in registers through the main loop.
+  const auto tile_origin = [&](int64_t& m0, int64_t& n0) {
+    int64_t tm, tn;
+    tile_coords(p.tiles_m, p.tiles_n, tm, tn);
+    m0 = tm * BM;
+    n0 = tn * BN;
+  };
+  const int64_t ktiles = (p.k + BK - 1) / BK;
+  const uint32_t smem0 = smem_u32(smem);
+  const char* const smem_ptr = reinterpret_cast<const char*>(smem);
+
+  for (int64_t item = blockIdx.y; item < p.batch; item += gridDim.y) {
+    int64_t a_off, b_off;
+    batch_offsets(p.bi, item, a_off, b_off);
+    const T* const A = p.a + a_off;
+    const T* const B = p.b + b_off;
+
+    int64_t m0, n0;
+    tile_origin(m0, n0);
+    using ALoader = SliceLoader<T, kThreads, A_ROWS, A_RC, kAK>;
+    using BLoader = SliceLoader<T, kThreads, B_ROWS, B_RC, kBK>;
+    ALoader la = kAK ? ALoader(A, p.lda, m0, 0, p.m, p.k, tid)    // a[m][k]
+                     : ALoader(A, p.lda, 0, m0, p.k, p.m, tid);   // a[k][m]
+    BLoader lb = kBK ? BLoader(B, p.ldb, n0, 0, p.n, p.k, tid)    // b[n][k]
+                     : BLoader(B, p.ldb, 0, n0, p.k, p.n, tid);   // b[k][n]
+    // Loads the next k-slice (slices are loaded in order) into `stage`.
+    auto load_stage = [&](int stage) {
+      const uint32_t sa = smem0 + uint32_t(stage * STAGE_CHUNKS) * 16u;
+      const uint32_t sb = sa + uint32_t(A_CHUNKS) * 16u;
+      la.load(sa, p.a_copy, p.lda, p.a);
+      la.next(p.lda);
+      lb.load(sb, p.b_copy, p.ldb, p.b);
+      lb.next(p.ldb);
+    };
+
+    AccT acc[MT][NT][kAccRegs];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int r = 0; r < kAccRegs; ++r) acc[i][j][r] = AccT(0);
+
+    // Prologue: slices 0..STAGES-2, one commit group each (empty past the end).
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < ktiles) load_stage(s);
+      cp_async_commit();
+    }
+
+    int read_stage = 0;  // the stage written in an iteration is the one read before it
+    // Iteration kt (left = ktiles - kt) computes slice kt and loads slice kt + STAGES - 1.
+    for (int64_t left = ktiles; left > 0; --left) {
+      // Groups committed so far: STAGES - 1 + kt; at most STAGES - 2 pending means
+      // slice kt has landed (for this thread; the barrier makes it everyone's), and
+      // every warp is done with the stage computed in iteration kt - 1, which is the
+      // one loaded now.
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();
+      if (left > STAGES - 1) load_stage(read_stage == 0 ? STAGES - 1 : read_stage - 1);
+      cp_async_commit();
+
+      const uint32_t sa = smem0 + uint32_t(read_stage * STAGE_CHUNKS) * 16u;
+      const uint32_t sb = sa + uint32_t(A_CHUNKS) * 16u;
+      const char* const pa = smem_ptr + read_stage * STAGE_CHUNKS * 16;
+      const char* const pb = pa + A_CHUNKS * 16;
+
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        if constexpr (kKind == Kind::kF64) {
+          double af[MT], bf[NT];
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            const int mr = wm * WTM + i * 8 + g, kc = ks * 4 + t;
+            if constexpr (kAK)
+              af[i] = lds<double, A_RC, true>(pa, mr, kc);
+            else
+              af[i] = lds<double, A_RC, false>(pa, kc, mr);
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const int nr = wn * WTN + j * 8 + g, kc = ks * 4 + t;
+            if constexpr (kBK)
+              bf[j] = lds<double, B_RC, true>(pb, nr, kc);
+            else
+              bf[j] = lds<double, B_RC, false>(pb, kc, nr);
+          }
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mma_f64(acc[i][j], af[i], bf[j]);
+        } else {
+          uint32_t af[MT][4], bf[NT][2];
+          // A fragments.
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            const int mb = wm * WTM + i * 16;  // first row of this m16 tile
+            if constexpr (kAK) {
+              // Matrices (rows mb..+7 | mb+8..+15) x (chunk 2ks | 2ks+1) -> a0..a3.
+              const int r = mb + (lane & 15), ch = ks * 2 + (lane >> 4);
+              ldmatrix_x4(af[i], sa + uint32_t(chunk_index<A_RC, true, false>(r, ch)) * 16u);
+            } else if constexpr (kKind != Kind::kTF32) {
+              // Stored a[k][m]: matrix j = (k rows 8*(j/2).., m chunk (j%2)), transposed.
+              const int r = ks * 16 + ((lane >> 4) << 3) + (lane & 7);
+              const int ch = mb / 8 + ((lane >> 3) & 1);
+              ldmatrix_x4_trans(af[i],
+                                sa + uint32_t(chunk_index<A_RC, false, false>(r, ch)) * 16u);
+            } else {
+              const int kr = ks * 8 + t;
+              af[i][0] = lds<uint32_t, A_RC, false>(pa, kr, mb + g);
+              af[i][1] = lds<uint32_t, A_RC, false>(pa, kr, mb + g + 8);
+              af[i][2] = lds<uint32_t, A_RC, false>(pa, kr + 4, mb + g);
+              af[i][3] = lds<uint32_t, A_RC, false>(pa, kr + 4, mb + g + 8);
+            }
+          }
+          // B fragments, two n8 tiles per step.
+#pragma unroll
+          for (int j = 0; j < NT / 2; ++j) {
+            const int nb = wn * WTN + j * 16;  // first column of this n16 pair
+            if constexpr (kBK || kKind != Kind::kTF32) {
+              uint32_t r4[4];
+              if constexpr (kBK) {
+                // Stored b[n][k]: matrices (n nb..+7, chunk 2ks), (nb..+7, 2ks+1),
+                // (nb+8.., 2ks), (nb+8.., 2ks+1) = b0, b1 of tile 2j, b0, b1 of 2j+1.
+                const int r = nb + ((lane >> 4) << 3) + (lane & 7);
+                const int ch = ks * 2 + ((lane >> 3) & 1);
+                ldmatrix_x4(r4, sb + uint32_t(chunk_index<B_RC, true, false>(r, ch)) * 16u);
+              } else {
+                // Stored b[k][n]: matrices (k rows 0-7 | 8-15 of the step) x (n chunk
+                // nb/8 | nb/8+1), transposed: the same register order.
+                const int r = ks * 16 + (lane & 15);
+                const int ch = nb / 8 + (lane >> 4);
+                ldmatrix_x4_trans(r4,
+                                  sb + uint32_t(chunk_index<B_RC, false, false>(r, ch)) * 16u);
+              }
+              bf[2 * j][0] = r4[0];
+              bf[2 * j][1] = r4[1];
+              bf[2 * j + 1][0] = r4[2];
+              bf[2 * j + 1][1] = r4[3];
+            } else {  // tf32, stored b[k][n]
+              const int kr = ks * 8 + t;
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                bf[2 * j + h][0] = lds<uint32_t, B_RC, false>(pb, kr, nb + 8 * h + g);
+                bf[2 * j + h][1] = lds<uint32_t, B_RC, false>(pb, kr + 4, nb + 8 * h + g);
+              }
+            }
+          }
+          if constexpr (kKind == Kind::kTF32) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) af[i][r] = to_tf32(af[i][r]);
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+              for (int r = 0; r < 2; ++r) bf[j][r] = to_tf32(bf[j][r]);
+          }
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) mma<kKind>(acc[i][j], af[i], bf[j]);
+        }
+      }
+      read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
+    }
+    // Drain (only empty groups can be pending) and let every warp finish reading
+    // shared memory before the next batch item's prologue overwrites it.
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // Epilogue straight from the accumulators: rows g (+8), columns 2t, 2t+1.
+    tile_origin(m0, n0);
+    const int64_t tile_off = item * p.m * p.n + m0 * p.n + n0;
+    const int rows_left = int(imin<int64_t>(p.m - m0, BM));
+    const int cols_left = int(imin<int64_t>(p.n - n0, BN));
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int h = 0; h < kAccRegs / 2; ++h) {
+          const int r = wm * WTM + i * Cfg::MMA_M + g + 8 * h;
+          const int cl = wn * WTN + j * Cfg::MMA_N + 2 * t;
+          if (r < rows_left && cl < cols_left)
+            store_pair<T>(p, tile_off + int64_t(r) * p.n + cl, cl + 1 < cols_left,
+                          acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        }
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// Exact float32: SIMT kernel. 256 threads as 16 x 16; thread (tx, ty) owns rows
+// {4ty..4ty+3, 64+4ty..64+4ty+3} and the same columns with tx. Shared slices are
+// As[k][m] and Bs[k][n] (rows padded to 132 floats), double-buffered; the next slice
+// is loaded into registers during the compute of the current one.
+// ---------------------------------------------------------------------------------
+
+constexpr int kSimtBM = 128, kSimtBN = 128, kSimtBK = 8, kSimtPad = 4;
+constexpr int kSimtLd = kSimtBM + kSimtPad;  // 132 floats: 16-byte aligned rows
+
+// One thread's 4 contiguous elements of an operand's k-slice. K-major operands (a[m][k],
+// b[n][k]): the slice is 128 rows x 8 k; thread: row tid/2, k 4*(tid%2)..+3 (stored
+// transposed). MN-major (a[k][m], b[k][n]): 8 k-rows x 128; thread: k-row tid/32,
+// elements 4*(tid%32)..+3. Coalesced either way.
+template <bool kKMajor>
+struct QuadLoader {
+  uintptr_t addr;  // the thread's first element in the current slice (dereferenced
+                   // only where inside the matrix)
+  int64_t k_rem;   // k_total - the k of that element
+  int fixed;       // K-major: row inside (0/1); MN-major: valid elements (0..4)
+
+  // mn0: first m (or n) of the block tile; mn: m (or n); kk: k.
+  __device__ __forceinline__ QuadLoader(const float* g, int64_t ld, int64_t mn0, int64_t mn,
+                                        int64_t kk, int tid) {
+    int64_t off;
+    if constexpr (kKMajor) {
+      const int r = tid >> 1, c = (tid & 1) * 4;
+      off = (mn0 + r) * ld + c;
+      k_rem = kk - c;
+      fixed = mn0 + r < mn;
+    } else {
+      const int r = tid >> 5, c = (tid & 31) * 4;
+      off = r * ld + mn0 + c;
+      k_rem = kk - r;
+      const int64_t left = mn - (mn0 + c);
+      fixed = left <= 0 ? 0 : int(imin<int64_t>(left, 4));
+    }
+    addr = reinterpret_cast<uintptr_t>(g) + uintptr_t(off * int64_t(sizeof(float)));
+  }
+
+  __device__ __forceinline__ void load(float (&v)[4], bool vec) const {
+    int n;
+    if constexpr (kKMajor)
+      n = fixed && k_rem > 0 ? int(imin<int64_t>(k_rem, 4)) : 0;
+    else
+      n = k_rem > 0 ? fixed : 0;
+    const float* const src = reinterpret_cast<const float*>(addr);
+    if (vec && n == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(src);
+      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = j < n ? src[j] : 0.0f;
+    }
+  }
+
+  // Stores v into the shared slice S[k][mn] (row length kSimtLd).
+  __device__ __forceinline__ static void store(float* S, const float (&v)[4]) {
+    const int tid = threadIdx.x;
+    if constexpr (kKMajor) {
+      const int r = tid >> 1, c = (tid & 1) * 4;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) S[(c + j) * kSimtLd + r] = v[j];
+    } else {
+      const int r = tid >> 5, c = (tid & 31) * 4;
+      *reinterpret_cast<float4*>(S + r * kSimtLd + c) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+  }
+
+  // ld: the operand's leading dim (from the kernel parameters).
+  __device__ __forceinline__ void next(int64_t ld) {
+    addr += uintptr_t(kKMajor ? int64_t(kSimtBK) * 4 : kSimtBK * ld * 4);
+    k_rem -= kSimtBK;
+  }
+};
+
+template <bool kTransA, bool kTransB>
+__global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> p) {
+  static_assert(kSimtBM == kSimtBN, "square tiles");
+  // Bank conflicts: the transposed stores S[c + j][r] of a warp hit banks
+  // (4 * (c + j) + r) % 32, r in 16 consecutive rows, c in {0, 4}: distinct; the
+  // float4 reads are broadcasts (A) or 16 consecutive float4 (B).
+  __shared__ __align__(16) float As[2][kSimtBK * kSimtLd];
+  __shared__ __align__(16) float Bs[2][kSimtBK * kSimtLd];
+
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  // The block tile's origin, recomputed where needed (see mma_gemm_kernel).
+  const auto tile_origin = [&](int64_t& m0, int64_t& n0) {
+    int64_t tm, tn;
+    tile_coords(p.tiles_m, p.tiles_n, tm, tn);
+    m0 = tm * kSimtBM;
+    n0 = tn * kSimtBN;
+  };
+  const int64_t ktiles = (p.k + kSimtBK - 1) / kSimtBK;
+  const bool a_vec = p.a_copy == 16, b_vec = p.b_copy == 16;
+
+  for (int64_t item = blockIdx.y; item < p.batch; item += gridDim.y) {
+    int64_t a_off, b_off;
+    batch_offsets(p.bi, item, a_off, b_off);
+    int64_t m0, n0;
+    tile_origin(m0, n0);
+    QuadLoader<!kTransA> la(p.a + a_off, p.lda, m0, p.m, p.k, tid);
+    QuadLoader<kTransB> lb(p.b + b_off, p.ldb, n0, p.n, p.k, tid);
+
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+    float ra[4], rb[4];
+    la.load(ra, a_vec);
+    lb.load(rb, b_vec);
+    la.next(p.lda);
+    lb.next(p.ldb);
+    QuadLoader<!kTransA>::store(As[0], ra);
+    QuadLoader<kTransB>::store(Bs[0], rb);
+    __syncthreads();
+    for (int64_t kt = 0; kt < ktiles; ++kt) {
+      const int buf = int(kt & 1);
+      const bool more = kt + 1 < ktiles;
+      if (more) {
+        la.load(ra, a_vec);
+        lb.load(rb, b_vec);
+        la.next(p.lda);
+        lb.next(p.ldb);
+      }
+      const float* const sa = As[buf];
+      const float* const sb = Bs[buf];
+#pragma unroll
+      for (int kk = 0; kk < kSimtBK; ++kk) {
+        const float4 a0 = *reinterpret_cast<const float4*>(sa + kk * kSimtLd + 4 * ty);
+        const float4 a1 = *reinterpret_cast<const float4*>(sa + kk * kSimtLd + 64 + 4 * ty);
+        const float4 b0 = *reinterpret_cast<const float4*>(sb + kk * kSimtLd + 4 * tx);
+        const float4 b1 = *reinterpret_cast<const float4*>(sb + kk * kSimtLd + 64 + 4 * tx);
+        const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+      }
+      // The other buffer was last read in iteration kt - 1, before the barrier that
+      // ended it; this iteration's barrier publishes the new slice (and, after the
+      // last one, frees shared memory for the next batch item).
+      if (more) {
+        QuadLoader<!kTransA>::store(As[buf ^ 1], ra);
+        QuadLoader<kTransB>::store(Bs[buf ^ 1], rb);
+      }
+      __syncthreads();
+    }
+
+    // Epilogue, 4 adjacent columns at a time.
+    tile_origin(m0, n0);
+    const int64_t tile_off = item * p.m * p.n + m0 * p.n + n0;
+    const int rows_left = int(imin<int64_t>(p.m - m0, kSimtBM));
+    const int cols_left = int(imin<int64_t>(p.n - n0, kSimtBN));
+    const bool read_c = p.beta != 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = i < 4 ? 4 * ty + i : 64 + 4 * ty + (i - 4);
+      if (r >= rows_left) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int cl = 64 * h + 4 * tx;
+        if (cl >= cols_left) continue;
+        const int64_t off = tile_off + int64_t(r) * p.n + cl;
+        if (p.out_vec && cl + 4 <= cols_left) {  // off % 4 == 0: n % 4 == 0, n0 + cl % 4 == 0
+          float4 cv = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (read_c) cv = *reinterpret_cast<const float4*>(p.c + off);
+          float4 v;
+          v.x = finish(p, acc[i][4 * h + 0], &cv.x, 0);
+          v.y = finish(p, acc[i][4 * h + 1], &cv.y, 0);
+          v.z = finish(p, acc[i][4 * h + 2], &cv.z, 0);
+          v.w = finish(p, acc[i][4 * h + 3], &cv.w, 0);
+          *reinterpret_cast<float4*>(p.out + off) = v;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (cl + j < cols_left) p.out[off + j] = finish(p, acc[i][4 * h + j], p.c, off + j);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// k == 0: out = beta * c (or 0).
+// ---------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void __launch_bounds__(256) scale_c_kernel(const T* c, T* out, int64_t total,
+                                                      Acc<T> beta) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
+    out[i] = store<T>(beta != Acc<T>(0) ? beta * load(c[i]) : Acc<T>(0));
+}
+
+// ---------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------
+
+bool make_batch_index(const GemmShape& s, BatchIndex& bi) {
+  bi = BatchIndex{};
+  const size_t nd = s.batch_dims.size();
+  if (s.a_batch_strides.size() != nd || s.b_batch_strides.size() != nd) return false;
+  int64_t dims[64], as[64], bs[64];
+  if (nd > 64) return false;
+  int rank = 0;
+  for (size_t d = 0; d < nd; ++d) {
+    const int64_t size = s.batch_dims[d];
+    if (size == 1) continue;
+    const int64_t sa = s.a_batch_strides[d], sb = s.b_batch_strides[d];
+    // The previous (outer) dim merges into this one when its strides are this dim's
+    // times its size: offset = (i_outer * size + i) * stride.
+    if (rank > 0 && as[rank - 1] == sa * size && bs[rank - 1] == sb * size) {
+      dims[rank - 1] *= size;
+      as[rank - 1] = sa;
+      bs[rank - 1] = sb;
+      continue;
+    }
+    dims[rank] = size, as[rank] = sa, bs[rank] = sb;
+    ++rank;
+  }
+  if (rank > kMaxBatchRank) return false;
+  bi.rank = rank;
+  for (int d = 0; d < rank; ++d) {
+    bi.dims[d] = dims[d];
+    bi.a_stride[d] = as[d];
+    bi.b_stride[d] = bs[d];
+  }
+  return true;
+}
+
+// Widest copy (16, 8 or 4 bytes, at least one element) every chunk of an operand is
+// aligned to; kCopySync for 2-byte elements with no 4-byte alignment.
+int copy_width(const void* base, int64_t ld, const std::vector<int64_t>& strides,
+               int elem_bytes) {
+  for (int w = 16; w >= 4 && w >= elem_bytes; w /= 2) {
+    bool ok = reinterpret_cast<uintptr_t>(base) % w == 0 && (ld * elem_bytes) % w == 0;
+    for (int64_t st : strides) ok = ok && (st * elem_bytes) % w == 0;
+    if (ok) return w;
+  }
+  return elem_bytes == 2 ? kCopySync : elem_bytes;
+}
+
+template <typename T>
+bool aligned_to(const T* p, int bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+template <class Cfg>
+cudaError_t launch_mma(cudaStream_t stream, const GemmShape& s, const Params<typename Cfg::Elem>& p,
+                       dim3 grid) {
+  constexpr int kThreads = Cfg::WARPS_M * Cfg::WARPS_N * 32;
+  if (!s.trans_a && !s.trans_b)
+    mma_gemm_kernel<Cfg, false, false><<<grid, kThreads, 0, stream>>>(p);
+  else if (!s.trans_a && s.trans_b)
+    mma_gemm_kernel<Cfg, false, true><<<grid, kThreads, 0, stream>>>(p);
+  else if (s.trans_a && !s.trans_b)
+    mma_gemm_kernel<Cfg, true, false><<<grid, kThreads, 0, stream>>>(p);
+  else
+    mma_gemm_kernel<Cfg, true, true><<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_simt(cudaStream_t stream, const GemmShape& s, const Params<float>& p,
+                        dim3 grid) {
+  if (!s.trans_a && !s.trans_b)
+    sgemm_simt_kernel<false, false><<<grid, 256, 0, stream>>>(p);
+  else if (!s.trans_a && s.trans_b)
+    sgemm_simt_kernel<false, true><<<grid, 256, 0, stream>>>(p);
+  else if (s.trans_a && !s.trans_b)
+    sgemm_simt_kernel<true, false><<<grid, 256, 0, stream>>>(p);
+  else
+    sgemm_simt_kernel<true, true><<<grid, 256, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// Fills p for a block tile of bm x bn; false when the tile grid is too large.
+template <typename T>
+bool make_params(const GemmShape& s, const T* a, const T* b, const T* c, T* out, int64_t bm,
+                 int64_t bn, const BatchIndex& bi, Params<T>& p, dim3& grid) {
+  p.a = a, p.b = b, p.c = c, p.out = out;
+  p.m = s.m, p.n = s.n, p.k = s.k;
+  p.lda = s.trans_a ? s.m : s.k;
+  p.ldb = s.trans_b ? s.k : s.n;
+  p.batch = s.batch_count();
+  p.tiles_m = (s.m + bm - 1) / bm;
+  p.tiles_n = (s.n + bn - 1) / bn;
+  p.alpha = Acc<T>(s.alpha);
+  p.beta = Acc<T>(s.beta);
+  const int e = int(sizeof(T));
+  p.a_copy = copy_width(a, p.lda, s.a_batch_strides, e);
+  p.b_copy = copy_width(b, p.ldb, s.b_batch_strides, e);
+  p.bi = bi;
+  if (p.tiles_m > INT_MAX / p.tiles_n) return false;
+  grid = dim3(unsigned(p.tiles_m * p.tiles_n), unsigned(p.batch < 65535 ? p.batch : 65535), 1);
+  return true;
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const T* b,
+                 const T* c, T* out, bool allow_tf32) {
+  using AccT = Acc<T>;
+  if (shape.m < 0 || shape.n < 0 || shape.k < 0) return cudaErrorInvalidValue;
+  const int64_t batch = shape.batch_count();
+  if (batch <= 0 || shape.m == 0 || shape.n == 0) return cudaSuccess;
+  const AccT beta = AccT(shape.beta);
+  if (beta != AccT(0) && c == nullptr) return cudaErrorInvalidValue;
+
+  if (shape.k == 0) {
+    const int64_t total = batch * shape.m * shape.n;
+    const int64_t blocks = (total + 255) / 256;
+    scale_c_kernel<T><<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(c, out, total,
+                                                                                   beta);
+    return cudaGetLastError();
+  }
+
+  BatchIndex bi;
+  if (!make_batch_index(shape, bi)) return cudaErrorInvalidValue;  // > 6 unmergeable dims
+
+  Params<T> p;
+  dim3 grid;
+  // Vector epilogue: pairs (tensor-core kernels) or quads (SIMT) of adjacent columns.
+  const auto out_vec = [&](int elems) {
+    const int bytes = elems * int(sizeof(T));
+    return shape.n % elems == 0 && aligned_to(out, bytes) &&
+           (beta == AccT(0) || aligned_to(c, bytes));
+  };
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    using Cfg = MmaConfig<std::is_same_v<T, half> ? Kind::kF16 : Kind::kBF16>;
+    if (!make_params(shape, a, b, c, out, Cfg::BM, Cfg::BN, bi, p, grid))
+      return cudaErrorInvalidValue;
+    p.out_vec = out_vec(2);
+    return launch_mma<Cfg>(stream, shape, p, grid);
+  } else if constexpr (std::is_same_v<T, double>) {
+    using Cfg = MmaConfig<Kind::kF64>;
+    if (!make_params(shape, a, b, c, out, Cfg::BM, Cfg::BN, bi, p, grid))
+      return cudaErrorInvalidValue;
+    p.out_vec = out_vec(2);
+    return launch_mma<Cfg>(stream, shape, p, grid);
+  } else {
+    static_assert(std::is_same_v<T, float>);
+    if (allow_tf32) {
+      using Cfg = MmaConfig<Kind::kTF32>;
+      if (!make_params(shape, a, b, c, out, Cfg::BM, Cfg::BN, bi, p, grid))
+        return cudaErrorInvalidValue;
+      p.out_vec = out_vec(2);
+      return launch_mma<Cfg>(stream, shape, p, grid);
+    }
+    if (!make_params(shape, a, b, c, out, kSimtBM, kSimtBN, bi, p, grid))
+      return cudaErrorInvalidValue;
+    p.out_vec = out_vec(4);
+    return launch_simt(stream, shape, p, grid);
+  }
+}
+
+template cudaError_t gemm<half>(cudaStream_t, const GemmShape&, const half*, const half*,
+                                const half*, half*, bool);
+template cudaError_t gemm<bfloat16>(cudaStream_t, const GemmShape&, const bfloat16*,
+                                    const bfloat16*, const bfloat16*, bfloat16*, bool);
+template cudaError_t gemm<float>(cudaStream_t, const GemmShape&, const float*, const float*,
+                                 const float*, float*, bool);
+template cudaError_t gemm<double>(cudaStream_t, const GemmShape&, const double*, const double*,
+                                  const double*, double*, bool);
+
+}  // namespace oxijax::cuda
+
+#undef OXIJAX_SM80_OR_TRAP
+#undef OXIJAX_SM80

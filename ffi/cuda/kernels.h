@@ -1,0 +1,47 @@
+// The CUDA kernels' launchers: one per op, called by the CUDA FFI handlers (and later
+// by the pointer backend). Each enqueues its kernels on `stream` and returns the
+// launch status (cudaGetLastError after the launches); none synchronises or allocates.
+// T is the storage type of numeric.h (half, bfloat16, float, double); launchers
+// reinterpret half/bfloat16 as __half/__nv_bfloat16 internally. Shapes arrive
+// validated by ffi/bindings/checks.h. Plain C++ header: the handlers compile with the
+// host compiler.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "oxijax/numeric.h"
+#include "oxijax/ops.h"
+#include "oxijax/shapes.h"
+
+namespace oxijax::cuda {
+
+template <typename T>
+cudaError_t unary(cudaStream_t stream, UnaryOp op, const T* x, T* y, int64_t n);
+
+template <typename T>
+cudaError_t binary(cudaStream_t stream, BinaryOp op, const BroadcastShape& shape, const T* a,
+                   const T* b, T* out);
+
+// Device workspace a reduce of this shape needs (0 when none); the caller passes at
+// least this many bytes, 256-byte aligned.
+size_t reduce_workspace_bytes(const ReduceShape& shape, size_t element_bytes);
+template <typename T>
+cudaError_t reduce(cudaStream_t stream, ReduceOp op, const ReduceShape& shape, const T* x,
+                   T* out, void* workspace);
+
+// allow_tf32: float32 inputs may use TF32 tensor cores (opt-in); other dtypes ignore it.
+template <typename T>
+cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const T* b,
+                 const T* c, T* out, bool allow_tf32);
+
+template <typename T>
+cudaError_t conv2d(cudaStream_t stream, const ConvShape& shape, const T* x, const T* w, T* out);
+
+template <typename T>
+cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T* q, const T* k,
+                      const T* v, T* out, Acc<T>* lse);
+
+}  // namespace oxijax::cuda
