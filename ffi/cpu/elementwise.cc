@@ -91,33 +91,6 @@ void (*pick_span(int64_t sa, int64_t sb))(const T*, int64_t, const T*, int64_t, 
   return &BinarySpan<T, F, -1, -1>::run;
 }
 
-// The output's dims with size-1 dims dropped and mergeable neighbours merged.
-struct Simplified {
-  std::vector<int64_t> dims, sa, sb;
-  int64_t total = 1;
-};
-
-Simplified simplify(const BroadcastShape& shape) {
-  Simplified s;
-  for (int64_t d : shape.dims) s.total *= d;
-  if (s.total == 0) return s;
-  for (size_t d = 0; d < shape.dims.size(); ++d) {
-    const int64_t n = shape.dims[d];
-    if (n == 1) continue;
-    const int64_t sa = shape.a_strides[d], sb = shape.b_strides[d];
-    if (!s.dims.empty() && s.sa.back() == sa * n && s.sb.back() == sb * n) {
-      s.dims.back() *= n;
-      s.sa.back() = sa;
-      s.sb.back() = sb;
-    } else {
-      s.dims.push_back(n);
-      s.sa.push_back(sa);
-      s.sb.push_back(sb);
-    }
-  }
-  return s;
-}
-
 // A narrow last dim (a few elements) makes the per-row loop all overhead. Then the
 // last two dims [rows, inner] form one flat block, processed a few hundred elements
 // at a time: an operand contiguous over the block is read in place, any other is
@@ -181,7 +154,7 @@ template <typename T, BinaryOp op>
 void binary_op(const Parallel& par, const BroadcastShape& shape, const T* a, const T* b,
                T* out) {
   using F = Binary<op>;
-  const Simplified s = simplify(shape);
+  const SimplifiedBroadcast s = simplify(shape);
   if (s.total == 0) return;
   const int rank = static_cast<int>(s.dims.size());
   if (rank == 0) {  // every dim is 1: one element

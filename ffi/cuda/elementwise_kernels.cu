@@ -31,12 +31,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "kernels.h"
+#include "launch.h"
 #include "oxijax/math.h"
 
 namespace oxijax::cuda {
@@ -82,41 +82,6 @@ inline uintptr_t address(const void* p) { return reinterpret_cast<uintptr_t>(p);
 
 // ------------------------------------------------------------ launch geometry
 
-int sm_count() {
-  static std::atomic<int> cache[64];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  if (device >= 0 && device < 64) {
-    if (const int c = cache[device].load(std::memory_order_relaxed)) return c;
-  }
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      count <= 0) {
-    (void)cudaGetLastError();
-    count = 132;
-  }
-  if (device >= 0 && device < 64) cache[device].store(count, std::memory_order_relaxed);
-  return count;
-}
-
-// Resident blocks of kThreads per SM for Kernel (the occupancy calculator, asked once
-// per kernel); grids never exceed one wave of them, so no SM gets a second, partial wave.
-template <auto Kernel>
-int resident_blocks() {
-  static const int blocks = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, kThreads, 0) != cudaSuccess ||
-        b < 1) {
-      (void)cudaGetLastError();
-      b = 2048 / kThreads;
-    }
-    return b;
-  }();
-  return blocks;
-}
 
 // Blocks for `items` items: enough to cover them once, at most one wave.
 unsigned grid_for(int64_t items, int blocks_per_sm) {
@@ -174,10 +139,10 @@ cudaError_t unary_op(cudaStream_t stream, const T* x, T* y, int64_t n) {
   const bool vec = address(y) % sizeof(T) == 0 && address(x) % kVecBytes == mis;
   if (vec) {
     const int64_t head = std::min<int64_t>(n, (kVecBytes - mis) % kVecBytes / sizeof(T));
-    const unsigned grid = grid_for((n - head) / VM, resident_blocks<unary_kernel<T, F, VM>>());
+    const unsigned grid = grid_for((n - head) / VM, resident_blocks<unary_kernel<T, F, VM>, kThreads>());
     unary_kernel<T, F, VM><<<grid, kThreads, 0, stream>>>(x, y, n, head);
   } else {
-    const unsigned grid = grid_for(n, resident_blocks<unary_kernel<T, F, 1>>());
+    const unsigned grid = grid_for(n, resident_blocks<unary_kernel<T, F, 1>, kThreads>());
     unary_kernel<T, F, 1><<<grid, kThreads, 0, stream>>>(x, y, n, 0);
   }
   return cudaGetLastError();
@@ -244,10 +209,10 @@ void launch_flat(cudaStream_t stream, const T* a, const T* b, T* out, int64_t n)
   if (vec) {
     const int64_t head = std::min<int64_t>(n, (kVecBytes - mis) % kVecBytes / sizeof(T));
     const unsigned grid =
-        grid_for((n - head) / VM, resident_blocks<binary_flat_kernel<T, F, VM, AS, BS>>());
+        grid_for((n - head) / VM, resident_blocks<binary_flat_kernel<T, F, VM, AS, BS>, kThreads>());
     binary_flat_kernel<T, F, VM, AS, BS><<<grid, kThreads, 0, stream>>>(a, b, out, n, head);
   } else {
-    const unsigned grid = grid_for(n, resident_blocks<binary_flat_kernel<T, F, 1, AS, BS>>());
+    const unsigned grid = grid_for(n, resident_blocks<binary_flat_kernel<T, F, 1, AS, BS>, kThreads>());
     binary_flat_kernel<T, F, 1, AS, BS><<<grid, kThreads, 0, stream>>>(a, b, out, n, 0);
   }
 }
@@ -317,7 +282,9 @@ __host__ __device__ __forceinline__ void offsets(const General<I>& g, I item, I&
   I rest = item;
   oa = 0;
   ob = 0;
+#if defined(__CUDA_ARCH__)  // (host compilers warn about the pragma)
 #pragma unroll
+#endif
   for (int k = 0; k < kMaxDims; ++k) {
     if (k + 1 == g.rank) {
       oa += rest * g.sa[k];
@@ -384,36 +351,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The output's dims with size-1 dims dropped and mergeable neighbours merged
-// (outermost first, like BroadcastShape).
-struct Simplified {
-  std::vector<int64_t> dims, sa, sb;
-  int64_t total = 1;
-};
-
-Simplified simplify(const BroadcastShape& shape) {
-  Simplified s;
-  for (int64_t d : shape.dims) s.total *= d;
-  if (s.total == 0) return s;
-  for (size_t d = 0; d < shape.dims.size(); ++d) {
-    const int64_t n = shape.dims[d];
-    if (n == 1) continue;
-    const int64_t sa = shape.a_strides[d], sb = shape.b_strides[d];
-    if (!s.dims.empty() && s.sa.back() == sa * n && s.sb.back() == sb * n) {
-      s.dims.back() *= n;
-      s.sa.back() = sa;
-      s.sb.back() = sb;
-    } else {
-      s.dims.push_back(n);
-      s.sa.push_back(sa);
-      s.sb.push_back(sb);
-    }
-  }
-  return s;
-}
-
 template <typename I>
-General<I> make_general(const Simplified& s, int v) {
+General<I> make_general(const SimplifiedBroadcast& s, int v) {
   General<I> g;
   const int rank = static_cast<int>(s.dims.size());
   g.rank = rank;
@@ -433,7 +372,7 @@ General<I> make_general(const Simplified& s, int v) {
 // aligned for them and each operand is broadcast along it (stride 0) or contiguous
 // (stride 1, aligned, and every outer stride a multiple of v, so every row is aligned).
 template <typename T>
-bool vector_fits(const Simplified& s, int v, const T* a, const T* b, const T* out) {
+bool vector_fits(const SimplifiedBroadcast& s, int v, const T* a, const T* b, const T* out) {
   const size_t rank = s.dims.size();
   const uintptr_t bytes = static_cast<uintptr_t>(v) * sizeof(T);
   if (s.dims[rank - 1] % v != 0 || address(out) % bytes != 0) return false;
@@ -448,33 +387,33 @@ bool vector_fits(const Simplified& s, int v, const T* a, const T* b, const T* ou
 }
 
 template <typename T, typename F, int V, typename I>
-void launch_general_v(cudaStream_t stream, const Simplified& s, const T* a, const T* b, T* out) {
+void launch_general_v(cudaStream_t stream, const SimplifiedBroadcast& s, const T* a, const T* b, T* out) {
   const General<I> g = make_general<I>(s, V);
   const int64_t items = static_cast<int64_t>(g.items);
   const size_t rank = s.dims.size();
   if constexpr (V == 1) {
     constexpr auto kernel = binary_general_kernel<T, F, 1, I, false, false>;
-    kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+    kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
   } else {
     const bool av = s.sa[rank - 1] == 1, bv = s.sb[rank - 1] == 1;
     if (av && bv) {
       constexpr auto kernel = binary_general_kernel<T, F, V, I, true, true>;
-      kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+      kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
     } else if (av) {
       constexpr auto kernel = binary_general_kernel<T, F, V, I, true, false>;
-      kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+      kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
     } else if (bv) {
       constexpr auto kernel = binary_general_kernel<T, F, V, I, false, true>;
-      kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+      kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
     } else {
       constexpr auto kernel = binary_general_kernel<T, F, V, I, false, false>;
-      kernel<<<grid_for(items, resident_blocks<kernel>()), kThreads, 0, stream>>>(g, a, b, out);
+      kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
     }
   }
 }
 
 // Largest offset reachable through `strides`, or -1 when a stride is negative.
-int64_t max_offset(const Simplified& s, const std::vector<int64_t>& strides) {
+int64_t max_offset(const SimplifiedBroadcast& s, const std::vector<int64_t>& strides) {
   int64_t m = 0;
   for (size_t d = 0; d < s.dims.size(); ++d) {
     if (strides[d] < 0) return -1;
@@ -484,7 +423,7 @@ int64_t max_offset(const Simplified& s, const std::vector<int64_t>& strides) {
 }
 
 template <typename T, typename F>
-void launch_general(cudaStream_t stream, const Simplified& s, const T* a, const T* b, T* out) {
+void launch_general(cudaStream_t stream, const SimplifiedBroadcast& s, const T* a, const T* b, T* out) {
   constexpr int VM = kMaxVec<T>;
   constexpr int64_t kLimit32 = int64_t{1} << 31;
   const int64_t ma = max_offset(s, s.sa), mb = max_offset(s, s.sb);
@@ -507,7 +446,7 @@ template <typename T, BinaryOp op>
 cudaError_t binary_op(cudaStream_t stream, const BroadcastShape& shape, const T* a, const T* b,
                       T* out) {
   using F = Binary<op>;
-  const Simplified s = simplify(shape);
+  const SimplifiedBroadcast s = simplify(shape);
   if (s.total <= 0) return cudaSuccess;
   const size_t rank = s.dims.size();
   if (rank == 0) {  // every dim is 1: one element

@@ -36,11 +36,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <limits>
 
 #include "kernels.h"
+#include "launch.h"
 #include "oxijax/math.h"
 
 namespace oxijax::cuda {
@@ -119,47 +119,12 @@ int pow2_ceil(int64_t n) {
   return p;
 }
 
-int sm_count() {
-  static std::atomic<int> cache[64];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  if (device >= 0 && device < 64) {
-    if (const int c = cache[device].load(std::memory_order_relaxed)) return c;
-  }
-  int count = 0;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      count <= 0) {
-    (void)cudaGetLastError();
-    count = 132;
-  }
-  if (device >= 0 && device < 64) cache[device].store(count, std::memory_order_relaxed);
-  return count;
-}
-
-// Resident blocks of kThreads per SM for Kernel (the occupancy calculator, asked once
-// per kernel).
-template <auto Kernel>
-int resident_blocks() {
-  static const int blocks = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, kThreads, 0) != cudaSuccess ||
-        b < 1) {
-      (void)cudaGetLastError();
-      b = 2048 / kThreads;
-    }
-    return b;
-  }();
-  return blocks;
-}
 
 // Grids: lane-group kernels stride over rows with one wave of resident blocks; kernels
 // over virtual blocks (equal work items) take up to `waves` waves and loop over the rest.
 template <auto Kernel>
 unsigned wave_grid(int64_t blocks, int waves) {
-  const int64_t cap = int64_t{sm_count()} * resident_blocks<Kernel>() * waves;
+  const int64_t cap = int64_t{sm_count()} * resident_blocks<Kernel, kThreads>() * waves;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(blocks, cap)));
 }
 

@@ -52,6 +52,35 @@ struct BroadcastShape {
   std::vector<int64_t> dims, a_strides, b_strides;
 };
 
+// The same broadcast with size-1 dims dropped and neighbours merged where both operands'
+// strides allow it (outermost first), so common cases become one or two dims.
+// total == 0: an empty output (dims then left empty); no dims and total 1: a scalar.
+struct SimplifiedBroadcast {
+  std::vector<int64_t> dims, sa, sb;
+  int64_t total = 1;
+};
+
+inline SimplifiedBroadcast simplify(const BroadcastShape& shape) {
+  SimplifiedBroadcast s;
+  for (int64_t d : shape.dims) s.total *= d;
+  if (s.total == 0) return s;
+  for (size_t d = 0; d < shape.dims.size(); ++d) {
+    const int64_t n = shape.dims[d];
+    if (n == 1) continue;
+    const int64_t sa = shape.a_strides[d], sb = shape.b_strides[d];
+    if (!s.dims.empty() && s.sa.back() == sa * n && s.sb.back() == sb * n) {
+      s.dims.back() *= n;
+      s.sa.back() = sa;
+      s.sb.back() = sb;
+    } else {
+      s.dims.push_back(n);
+      s.sa.push_back(sa);
+      s.sb.push_back(sb);
+    }
+  }
+  return s;
+}
+
 // x viewed as [outer, axis, inner] reduced over its middle dim into out [outer, inner].
 struct ReduceShape {
   int64_t outer = 1, axis = 0, inner = 1;
