@@ -47,6 +47,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "convert.h"
 #include "kernels.h"
 #include "oxijax/math.h"
 
@@ -394,26 +395,6 @@ template <> struct SimtConfig<double> {
   static constexpr int kBM = 32, kBN = 32, kDK = 16, kVW = 2, kNSC = 2;
 };
 constexpr int kSimtThreads = 128;  // 8 x 16
-
-template <typename T> __device__ __forceinline__ Acc<T> to_acc(T x);
-template <> __device__ __forceinline__ float to_acc(oxijax::half x) {
-  return __half2float(__ushort_as_half(x.bits));
-}
-template <> __device__ __forceinline__ float to_acc(oxijax::bfloat16 x) {
-  return __uint_as_float(uint32_t(x.bits) << 16);
-}
-template <> __device__ __forceinline__ float to_acc(float x) { return x; }
-template <> __device__ __forceinline__ double to_acc(double x) { return x; }
-
-template <typename T> __device__ __forceinline__ T from_acc(Acc<T> x);
-template <> __device__ __forceinline__ oxijax::half from_acc(float x) {
-  return oxijax::half{__half_as_ushort(__float2half_rn(x))};
-}
-template <> __device__ __forceinline__ oxijax::bfloat16 from_acc(float x) {
-  return oxijax::bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
-}
-template <> __device__ __forceinline__ float from_acc(float x) { return x; }
-template <> __device__ __forceinline__ double from_acc(double x) { return x; }
 
 // 16-byte shared-memory vector loads.
 __device__ __forceinline__ void ld16(const float* p, float (&v)[4]) {

@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "convert.h"
 #include "kernels.h"
 #include "launch.h"
 #include "oxijax/math.h"
@@ -45,38 +46,6 @@ namespace {
 constexpr int kThreads = 256;  // threads per block
 constexpr int kUnroll = 4;     // items per thread per grid-stride step
 constexpr int kMaxDims = 8;    // merged dims of a general broadcast
-constexpr int kVecBytes = 16;
-
-// ------------------------------------------------------------ conversions
-
-// Storage -> compute type with the hardware conversions (round to nearest even, as
-// numeric.h's portable versions; NaN payloads may differ, NaN stays NaN).
-__device__ __forceinline__ float to_acc(oxijax::half x) {
-  return __half2float(__ushort_as_half(x.bits));
-}
-__device__ __forceinline__ float to_acc(oxijax::bfloat16 x) {
-  return __uint_as_float(static_cast<uint32_t>(x.bits) << 16);
-}
-__device__ __forceinline__ float to_acc(float x) { return x; }
-__device__ __forceinline__ double to_acc(double x) { return x; }
-
-template <typename T> __device__ __forceinline__ T from_acc(Acc<T> x);
-template <> __device__ __forceinline__ oxijax::half from_acc<oxijax::half>(float x) {
-  return oxijax::half{__half_as_ushort(__float2half_rn(x))};
-}
-template <> __device__ __forceinline__ oxijax::bfloat16 from_acc<oxijax::bfloat16>(float x) {
-  return oxijax::bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
-}
-template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
-template <> __device__ __forceinline__ double from_acc<double>(double x) { return x; }
-
-// V consecutive elements, loaded and stored as one V * sizeof(T)-byte access.
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-template <typename T> constexpr int kMaxVec = kVecBytes / static_cast<int>(sizeof(T));
 
 inline uintptr_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "convert.h"
 #include "kernels.h"
 #include "launch.h"
 #include "oxijax/math.h"
@@ -48,7 +49,6 @@ namespace {
 
 constexpr int kThreads = 256;           // threads per block
 constexpr int kUnroll = 4;              // loads in flight per thread per step
-constexpr int kVecBytes = 16;
 constexpr int64_t kTargetBlocks = 1024;  // blocks that fill a large GPU (a wave on an H200)
 // inner == 1
 constexpr int64_t kGroupPacks = 256;        // rows of at most this many packs: lane groups
@@ -59,34 +59,6 @@ constexpr int64_t kMaxPacksPerThread = 64;  // ... and at most this many packs
 constexpr int64_t kMinRowsPerThread = 8;    // block rows (by) leave each thread this many
 constexpr int64_t kMinSplitRows = 64;       // an axis split leaves each thread this many
 constexpr int64_t kMaxRowsPerThread = 1024;  // rows folded by one thread at most
-
-// ------------------------------------------------------------ conversions
-
-__device__ __forceinline__ float to_acc(oxijax::half x) {
-  return __half2float(__ushort_as_half(x.bits));
-}
-__device__ __forceinline__ float to_acc(oxijax::bfloat16 x) {
-  return __uint_as_float(static_cast<uint32_t>(x.bits) << 16);
-}
-__device__ __forceinline__ float to_acc(float x) { return x; }
-__device__ __forceinline__ double to_acc(double x) { return x; }
-
-template <typename T> __device__ __forceinline__ T from_acc(Acc<T> x);
-template <> __device__ __forceinline__ oxijax::half from_acc<oxijax::half>(float x) {
-  return oxijax::half{__half_as_ushort(__float2half_rn(x))};
-}
-template <> __device__ __forceinline__ oxijax::bfloat16 from_acc<oxijax::bfloat16>(float x) {
-  return oxijax::bfloat16{__bfloat16_as_ushort(__float2bfloat16_rn(x))};
-}
-template <> __device__ __forceinline__ float from_acc<float>(float x) { return x; }
-template <> __device__ __forceinline__ double from_acc<double>(double x) { return x; }
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-template <typename T> constexpr int kMaxVec = kVecBytes / static_cast<int>(sizeof(T));
 
 template <ReduceOp op> struct Combine {
   template <typename A> __device__ __forceinline__ A operator()(const A& a, const A& b) const {
