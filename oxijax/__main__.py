@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -37,17 +38,35 @@ def info() -> None:
 
 
 def median_seconds(fn, args, repeats: int) -> float:
-    """Median wall time of fn(*args) after a warm-up; NaN if XLA cannot run it here."""
+    """Median time per call of fn(*args) after a warm-up; NaN if it cannot run here.
+
+    Each sample runs enough back-to-back calls (dispatched asynchronously, synchronised
+    once) to last ~20 ms, so that dispatch latency does not hide short GPU kernels.
+    """
     try:
         jax.block_until_ready(fn(*args))  # compile and warm up
-    except Exception:  # e.g. XLA:CPU has no float16 dot_general for attention
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        single = time.perf_counter() - start
+    except Exception:  # e.g. XLA:CPU has no float16 dot_general; cuDNN needs a GPU
         return float("nan")
+    calls = max(1, min(1000, int(0.02 / max(single, 1e-9))))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
+        for _ in range(calls):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - start) / calls)
     return statistics.median(times)
+
+
+def copy_gbps(elements: int, dtype, repeats: int) -> float:
+    """Device-to-device copy bandwidth (read + write) at this size: the yardstick of the
+    memory-bound ops."""
+    x = _cases._normal((elements,), dtype, 0)
+    seconds = median_seconds(jax.jit(jnp.copy), (x,), repeats)
+    return 2 * elements * jnp.dtype(dtype).itemsize / seconds / 1e9
 
 
 def _table(rows: list[dict], columns: list[tuple[str, str, str]]) -> None:
@@ -83,28 +102,43 @@ def check(dtypes: list[str]) -> int:
     return 1 if failures else 0
 
 
-def bench(dtypes: list[str], repeats: int, json_path: str | None) -> int:
-    """The large cases: oxijax vs XLA's own op in the same run (ratio > 1: oxijax faster)."""
+def _rate(case, seconds: float, itemsize: int, copy: float) -> str:
+    if case.flops:
+        return f"{case.flops / seconds / 1e12:.2f} TFLOP/s"
+    gbps = case.bytes_moved * itemsize / seconds / 1e9
+    return f"{gbps:.1f} GB/s ({100 * gbps / copy:.0f}% copy)"
+
+
+def bench(dtypes: list[str], repeats: int, json_path: str | None, size: str | None) -> int:
+    """oxijax vs XLA's own op (and other baselines) in the same run; ratio > 1: oxijax faster."""
+    size = size or ("gpu" if jax.default_backend() == "gpu" else "large")
+    device = jax.devices()[0]
+    print(f"benchmark on {device.device_kind} ({device.platform}), sizes '{size}', "
+          f"median of {repeats}", flush=True)
     rows = []
-    for case in _cases.cases("large"):
-        for name in dtypes:
-            args = case.make_args(DTYPES[name])
+    for name in dtypes:
+        dtype = DTYPES[name]
+        copy = copy_gbps(_cases.SIZES[size].elements, dtype, repeats)
+        print(f"  copy yardstick {name}: {copy:.1f} GB/s", flush=True)
+        for case in _cases.cases(size):
+            args = case.make_args(dtype)
             ours = median_seconds(jax.jit(case.oxijax_fn), args, repeats)
-            xla = median_seconds(jax.jit(case.xla_fn), args, repeats)
-            itemsize = jnp.dtype(DTYPES[name]).itemsize
-            if case.flops:
-                rate = f"{case.flops / ours / 1e9:.1f} GFLOP/s"
-            else:
-                rate = f"{case.bytes_moved * itemsize / ours / 1e9:.1f} GB/s"
-            rows.append({"op": case.op, "dtype": name, "shape": case.shape,
-                         "oxijax_ms": ours * 1e3, "xla_ms": xla * 1e3, "rate": rate,
-                         "ratio": xla / ours})
+            baselines = {"XLA": case.xla_fn, **dict(case.baselines)}
+            times = {label: median_seconds(jax.jit(fn), args, repeats) for label, fn in baselines.items()}
+            rate = _rate(case, ours, jnp.dtype(dtype).itemsize, copy)
+            rows.append({"op": case.op, "dtype": name, "shape": case.shape, "oxijax_ms": ours * 1e3,
+                         "xla_ms": times["XLA"] * 1e3, "ratio": times["XLA"] / ours, "rate": rate,
+                         "copy_gbps": copy,
+                         "baselines": {k: {"ms": t * 1e3, "ratio": t / ours} for k, t in times.items()}})
+            versus = "  ".join(f"{k} n/a" if math.isnan(t) else f"{k} {t * 1e3:9.3f} ms ({k}/oxijax {t / ours:5.2f})"
+                               for k, t in times.items())
             print(f"  {case.op:<20} {name:<8} {case.shape:<28} oxijax {ours * 1e3:9.3f} ms"
-                  f"  XLA {xla * 1e3:9.3f} ms  {rate:>16}  XLA/oxijax {xla / ours:5.2f}", flush=True)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"device": str(jax.devices()[0]), "jax": jax.__version__,
-                       "date": time.strftime("%Y-%m-%d"), "results": rows}, f, indent=1)
+                  f"  {rate:>26}  {versus}", flush=True)
+            if json_path:  # after every row, so that an interrupted run keeps its results
+                with open(json_path, "w") as f:
+                    json.dump({"device": str(device), "device_kind": device.device_kind,
+                               "jax": jax.__version__, "date": time.strftime("%Y-%m-%d"),
+                               "sizes": size, "results": rows}, f, indent=1)
     return 0
 
 
@@ -118,12 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--dtype", action="append", choices=list(DTYPES))
     bench_p.add_argument("--repeats", type=int, default=10)
     bench_p.add_argument("--json", help="also write the results to this file")
+    bench_p.add_argument("--size", choices=list(_cases.SIZES),
+                         help="problem sizes (default: 'gpu' on a GPU, else 'large')")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
         return 0
     if args.command == "bench":
-        return bench(args.dtype or ["float32"], args.repeats, args.json)
+        return bench(args.dtype or ["float32"], args.repeats, args.json, args.size)
     if args.command is None:
         info()
         print()

@@ -24,6 +24,9 @@ class Case:
     bytes_moved: float = 0.0  # minimum memory traffic in elements, for GB/s
     reference_fn: Callable | None = None  # float64 reference for `check`; default xla_fn
     tolerance_factor: float = 1.0  # > 1 where the op trades precision on purpose (TF32)
+    # More implementations to time against, by label (e.g. cuDNN's attention); one that
+    # cannot run on this device or dtype is reported as n/a.
+    baselines: tuple[tuple[str, Callable], ...] = ()
 
     @property
     def reference(self) -> Callable:
@@ -34,9 +37,15 @@ def _normal(shape, dtype, seed):
     return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), dtype)
 
 
-def _bhsd_attention(q, k, v, causal=False):
+def _bhsd_attention(q, k, v, causal=False, implementation=None):
     swap = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731 - jax.nn wants [B, S, H, D]
-    return swap(jax.nn.dot_product_attention(swap(q), swap(k), swap(v), is_causal=causal))
+    return swap(jax.nn.dot_product_attention(swap(q), swap(k), swap(v), is_causal=causal,
+                                             implementation=implementation))
+
+
+def _cudnn_attention(causal: bool) -> tuple[tuple[str, Callable], ...]:
+    """cuDNN's fused attention (GPU, half types only; n/a elsewhere)."""
+    return (("cuDNN", lambda q, k, v: _bhsd_attention(q, k, v, causal, "cudnn")),)
 
 
 def _attention_jnp(q, k, v, causal=False):
@@ -53,14 +62,31 @@ def _conv_xla(x, w, stride=(1, 1), padding=(1, 1)):
     return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding])
 
 
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    elements: int               # unary / binary / reduce-all
+    rows: int                   # rows x rows for broadcast binary and axis reductions
+    gemm: tuple[int, ...]       # n for n^3 gemms
+    conv: tuple[int, ...]       # batch, channels in, height, width, channels out (3x3 filter)
+    attention: tuple[int, ...]  # batch, heads, sequence, head_dim
+
+
+SIZES = {
+    "small": Sizes(4099, 63, (67,), (2, 5, 11, 9, 7), (2, 3, 37, 16)),  # `check`
+    "large": Sizes(1 << 24, 4096, (1024,), (8, 64, 56, 56, 64), (1, 8, 1024, 64)),  # CPU bench
+    # GPU bench: the sizes of the H200 goals (>= 2^26 elements, 4096^3 and 8192^3 gemms,
+    # head_dim 128 at S = 4096).
+    "gpu": Sizes(1 << 26, 8192, (4096, 8192), (32, 128, 56, 56, 128), (2, 16, 4096, 128)),
+}
+
+
 def cases(size: str) -> list[Case]:
-    """Cases of one size: "small" (quick correctness check) or "large" (benchmark)."""
-    big = size == "large"
-    n_elem = 1 << 24 if big else 4099
-    gemm_n = 1024 if big else 67
-    conv = (8, 64, 56, 56, 64) if big else (2, 5, 11, 9, 7)
-    att = (1, 8, 1024, 64) if big else (2, 3, 37, 16)
-    rows = 4096 if big else 63
+    """The cases at one of SIZES: "small" (correctness check), "large" (CPU bench), "gpu"."""
+    sizes = SIZES[size]
+    n_elem, rows = sizes.elements, sizes.rows
+    conv, att = sizes.conv, sizes.attention
+
+    gemm_n = sizes.gemm[0]
 
     def vec(dtype, count=1):
         return tuple(_normal((n_elem,), dtype, s) for s in range(count))
@@ -83,13 +109,7 @@ def cases(size: str) -> list[Case]:
              lambda x: oxijax.sum(x, 0), lambda x: jnp.sum(x, 0), bytes_moved=rows * rows),
         Case("reduce max axis 1", f"{rows}x{rows}", lambda t: (_normal((rows, rows), t, 0),),
              lambda x: oxijax.max(x, 1), lambda x: jnp.max(x, 1), bytes_moved=rows * rows),
-        # Like with like: exact float32 against HIGHEST, TF32 against XLA's GPU default.
-        Case("gemm", f"{gemm_n}^3", lambda t: (_normal((gemm_n, gemm_n), t, 0), _normal((gemm_n, gemm_n), t, 1)),
-             oxijax.matmul, lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST),
-             flops=2.0 * gemm_n**3),
-        Case("gemm tf32", f"{gemm_n}^3", lambda t: (_normal((gemm_n, gemm_n), t, 0), _normal((gemm_n, gemm_n), t, 1)),
-             lambda a, b: oxijax.gemm(a, b, precision="tf32"), jnp.matmul, flops=2.0 * gemm_n**3,
-             tolerance_factor=50.0),
+        *(case for gemm_n in sizes.gemm for case in _gemm_cases(gemm_n)),
         Case("gemm T,N batched", f"8x{gemm_n // 4}^3",
              lambda t: (_normal((8, gemm_n // 4, gemm_n // 4), t, 0), _normal((8, gemm_n // 4, gemm_n // 4), t, 1)),
              lambda a, b: oxijax.gemm(a, b, trans_a="T"), lambda a, b: jnp.swapaxes(a, -1, -2) @ b,
@@ -99,12 +119,27 @@ def cases(size: str) -> list[Case]:
              lambda x, wt: oxijax.conv2d(x, wt, padding=1), _conv_xla, flops=conv_flops),
         Case("attention", f"B{b} H{heads} S{s} D{d}",
              lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),
-             oxijax.attention, _bhsd_attention, flops=att_flops, reference_fn=_attention_jnp),
+             oxijax.attention, _bhsd_attention, flops=att_flops, reference_fn=_attention_jnp,
+             baselines=_cudnn_attention(False)),
         Case("attention causal", f"B{b} H{heads} S{s} D{d}",
              lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),
              lambda q, k, v: oxijax.attention(q, k, v, causal=True),
              lambda q, k, v: _bhsd_attention(q, k, v, causal=True), flops=att_flops / 2,
-             reference_fn=lambda q, k, v: _attention_jnp(q, k, v, causal=True)),
+             reference_fn=lambda q, k, v: _attention_jnp(q, k, v, causal=True),
+             baselines=_cudnn_attention(True)),
+    ]
+
+
+def _gemm_cases(n: int) -> list[Case]:
+    """Like with like: exact float32 against HIGHEST, TF32 against XLA's GPU default."""
+    def make(t):
+        return _normal((n, n), t, 0), _normal((n, n), t, 1)
+
+    return [
+        Case("gemm", f"{n}^3", make, oxijax.matmul,
+             lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST), flops=2.0 * n**3),
+        Case("gemm tf32", f"{n}^3", make, lambda a, b: oxijax.gemm(a, b, precision="tf32"),
+             jnp.matmul, flops=2.0 * n**3, tolerance_factor=50.0),
     ]
 
 

@@ -27,10 +27,13 @@ def test_check_passes_every_op():
 def test_bench_writes_json(tmp_path, monkeypatch):
     from oxijax import __main__ as cli
 
-    small = cli._cases.cases("small")
-    monkeypatch.setattr(cli._cases, "cases", lambda size: small)
     path = tmp_path / "bench.json"
-    assert cli.main(["bench", "--repeats", "2", "--json", str(path)]) == 0
-    results = json.loads(path.read_text())["results"]
-    assert {r["op"] for r in results} == {c.op for c in small}
-    assert all(r["oxijax_ms"] > 0 and r["ratio"] > 0 for r in results)
+    assert cli.main(["bench", "--size", "small", "--repeats", "2", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    results = report["results"]
+    assert report["sizes"] == "small"
+    assert {r["op"] for r in results} == {c.op for c in cli._cases.cases("small")}
+    assert all(r["oxijax_ms"] > 0 and r["ratio"] > 0 and r["copy_gbps"] > 0 for r in results)
+    # cuDNN attention is a baseline that cannot run on a CPU: reported, as NaN, not dropped.
+    attention = next(r for r in results if r["op"] == "attention")
+    assert set(attention["baselines"]) == {"XLA", "cuDNN"}

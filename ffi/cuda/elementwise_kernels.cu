@@ -20,9 +20,9 @@
 //   bits, else 64-bit). When the innermost merged dim is a multiple of V and each
 //   operand is contiguous (stride 1: vector loads) or broadcast (stride 0: one scalar
 //   load) along it, an item is V outputs of one row; otherwise V = 1, any strides.
-//   A shape with more than kMaxDims dims after merging is refused: binary returns
-//   cudaErrorInvalidValue and launches nothing (NumPy-style broadcasting needs at least
-//   9 alternating broadcast / non-broadcast dims to get there).
+//   A shape with more than kMaxDims dims after merging (NumPy-style broadcasting needs
+//   at least 9 alternating broadcast / non-broadcast dims to get there) runs as one
+//   launch over the innermost kMaxDims dims per index of the outer ones.
 //
 // Launchers only enqueue; they return cudaSuccess without launching for empty arrays,
 // else cudaGetLastError() after the launch.
@@ -411,6 +411,32 @@ void launch_general(cudaStream_t stream, const SimplifiedBroadcast& s, const T* 
   return launch_general_v<T, F, 1, uint64_t>(stream, s, a, b, out);
 }
 
+// More merged dims than a kernel's parameters carry: one launch of the innermost
+// kMaxDims dims per index of the outer dims (rare; see the header comment).
+template <typename T, typename F>
+cudaError_t launch_outer_loop(cudaStream_t stream, const SimplifiedBroadcast& s, const T* a,
+                              const T* b, T* out) {
+  const size_t outer_rank = s.dims.size() - kMaxDims;
+  SimplifiedBroadcast inner;
+  inner.dims.assign(s.dims.begin() + outer_rank, s.dims.end());
+  inner.sa.assign(s.sa.begin() + outer_rank, s.sa.end());
+  inner.sb.assign(s.sb.begin() + outer_rank, s.sb.end());
+  for (int64_t d : inner.dims) inner.total *= d;
+  const int64_t outer_count = s.total / inner.total;
+  for (int64_t o = 0; o < outer_count; ++o) {
+    int64_t rest = o, oa = 0, ob = 0;
+    for (size_t d = outer_rank; d-- > 0;) {  // innermost outer dim first
+      const int64_t i = rest % s.dims[d];
+      rest /= s.dims[d];
+      oa += i * s.sa[d];
+      ob += i * s.sb[d];
+    }
+    launch_general<T, F>(stream, inner, a + oa, b + ob, out + o * inner.total);
+    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
 template <typename T, BinaryOp op>
 cudaError_t binary_op(cudaStream_t stream, const BroadcastShape& shape, const T* a, const T* b,
                       T* out) {
@@ -441,7 +467,7 @@ cudaError_t binary_op(cudaStream_t stream, const BroadcastShape& shape, const T*
       return cudaGetLastError();
     }
   }
-  if (rank > static_cast<size_t>(kMaxDims)) return cudaErrorInvalidValue;
+  if (rank > static_cast<size_t>(kMaxDims)) return launch_outer_loop<T, F>(stream, s, a, b, out);
   launch_general<T, F>(stream, s, a, b, out);
   return cudaGetLastError();
 }
