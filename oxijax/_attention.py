@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from oxijax import _checks, _primitive
+from oxijax import _checks, _primitive, _sharding
 
 
 def _abstract_eval(q, k, v, *, scale, causal):
@@ -28,8 +28,18 @@ def _batching(args, dims, **params):
     return (out.reshape(size, -1, *out.shape[1:]), lse.reshape(size, -1, *lse.shape[1:])), (0, 0)
 
 
+def _factors(avals_in, avals_out, *, scale, causal):
+    """Batch and heads split freely, queries too unless causal (the mask's offset
+    Skv - Sq is global); keys and head_dim are replicated."""
+    replicated = {"kv", "d"} | ({"q"} if causal else set())
+    kv = ("b", "h", "kv", "d")
+    return _sharding.Factors((("b", "h", "q", "d"), kv, kv),
+                             (("b", "h", "q", "d"), ("b", "h", "q")), frozenset(replicated))
+
+
 attention_p = _primitive.define(
-    "attention", abstract_eval=_abstract_eval, batching_rule=_batching, multiple_results=True
+    "attention", abstract_eval=_abstract_eval, batching_rule=_batching, multiple_results=True,
+    factors=_factors,
 )
 
 

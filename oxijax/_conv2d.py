@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from oxijax import _checks, _primitive
+from oxijax import _checks, _primitive, _sharding
 
 
 def _output_size(size: int, pad: int, window: int, stride: int) -> int:
@@ -44,7 +44,18 @@ def _batching(args, dims, **params):
     return out.reshape(size, g, *out.shape[1:]), 0
 
 
-conv2d_p = _primitive.define("conv2d", abstract_eval=_abstract_eval, batching_rule=_batching)
+def _factors(avals_in, avals_out, **params):
+    """Groups, images and filters split freely; channels and the spatial dims (whose
+    windows overlap across a split) are replicated."""
+    return _sharding.Factors(
+        (("g", "n", "c", "h", "w"), ("g", "k", "c", "r", "s")), (("g", "n", "k", "p", "q"),),
+        frozenset("chwrspq"),
+    )
+
+
+conv2d_p = _primitive.define(
+    "conv2d", abstract_eval=_abstract_eval, batching_rule=_batching, factors=_factors
+)
 
 
 def conv2d(

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oxijax import _checks, _primitive
+from oxijax import _checks, _primitive, _sharding
 from oxijax._enums import BinaryOp, UnaryOp
 
 
@@ -22,7 +22,8 @@ def _unary_batching(args, dims, *, op):
 
 
 unary_p = _primitive.define(
-    "unary", abstract_eval=_unary_abstract_eval, batching_rule=_unary_batching
+    "unary", abstract_eval=_unary_abstract_eval, batching_rule=_unary_batching,
+    factors=_sharding.elementwise,
 )
 
 
@@ -60,7 +61,8 @@ def _binary_batching(args, dims, *, op):
 
 
 binary_p = _primitive.define(
-    "binary", abstract_eval=_binary_abstract_eval, batching_rule=_binary_batching
+    "binary", abstract_eval=_binary_abstract_eval, batching_rule=_binary_batching,
+    factors=_sharding.elementwise,
 )
 
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from oxijax import _checks, _primitive
+from oxijax import _checks, _primitive, _sharding
 from oxijax._enums import Transpose
 
 
@@ -42,7 +42,24 @@ def _batching(args, dims, **params):
     return gemm_p.bind(*lifted, **params), 0
 
 
-gemm_p = _primitive.define("gemm", abstract_eval=_abstract_eval, batching_rule=_batching)
+def _factors(avals_in, avals_out, *, trans_a, trans_b, **params):
+    """Batch dims, m and n split freely; the contracted k is replicated. c arrives
+    broadcast to the result's shape."""
+    out = avals_out[0]
+    a, b, *c = avals_in
+    batch = out.shape[:-2]
+    a_batch, b_batch = _sharding.broadcast([a.shape[:-2], b.shape[:-2]], batch, tag="batch")
+    out_batch = tuple(f"batch{d}" for d in range(len(batch)))
+    a_matrix = ("k", "m") if trans_a is not Transpose.N else ("m", "k")
+    b_matrix = ("n", "k") if trans_b is not Transpose.N else ("k", "n")
+    out_factors = out_batch + ("m", "n")
+    operands = (a_batch + a_matrix, b_batch + b_matrix) + ((out_factors,) if c else ())
+    return _sharding.Factors(operands, (out_factors,), frozenset({"k"}))
+
+
+gemm_p = _primitive.define(
+    "gemm", abstract_eval=_abstract_eval, batching_rule=_batching, factors=_factors
+)
 
 
 def gemm(

@@ -16,6 +16,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
+from oxijax import _sharding
 from oxijax._enums import _OpEnum
 from oxijax._ffi import REGISTERED_TARGETS
 
@@ -53,10 +54,13 @@ def define(
     abstract_eval: Callable[..., Any],
     batching_rule: Callable[..., Any],
     multiple_results: bool = False,
+    factors: Callable[..., _sharding.Factors] | None = None,
 ) -> Primitive:
     """Creates ``oxijax_<name>``, lowered to the FFI target of the same name.
 
     Parameters passed to ``bind`` must be hashable; they become FFI attributes.
+    ``factors(avals_in, avals_out, **params)`` describes the op's dims for sharded
+    inputs (see _sharding.py); without it, sharded operands are gathered first.
     """
     primitive = Primitive(f"oxijax_{name}")
     primitive.multiple_results = multiple_results
@@ -67,9 +71,19 @@ def define(
     primitive.def_abstract_eval(abstract_eval)
     batching.primitive_batchers[primitive] = batching_rule
     target = f"oxijax_{name}"
-    for platform, targets in REGISTERED_TARGETS.items():
-        if target in targets:
+    platforms = [p for p, targets in REGISTERED_TARGETS.items() if target in targets]
+    if factors is None:
+        for platform in platforms:
             mlir.register_lowering(primitive, _ffi_lowering(target), platform=platform)
+        return primitive
+    # The FFI call itself, seen only by the lowering: custom_partitioning wraps it.
+    ffi_call = Primitive(f"oxijax_{name}_ffi")
+    ffi_call.multiple_results = multiple_results
+    ffi_call.def_abstract_eval(abstract_eval)
+    lowering = _sharding.lowering(primitive, ffi_call, factors)
+    for platform in platforms:
+        mlir.register_lowering(ffi_call, _ffi_lowering(target), platform=platform)
+        mlir.register_lowering(primitive, lowering or _ffi_lowering(target), platform=platform)
     return primitive
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from oxijax import _checks, _primitive
+from oxijax import _checks, _primitive, _sharding
 from oxijax._enums import ReduceOp
 
 
@@ -23,7 +23,14 @@ def _batching(args, dims, *, op, axis):
     return reduce_p.bind(x, op=op, axis=axis), bdim - 1
 
 
-reduce_p = _primitive.define("reduce", abstract_eval=_abstract_eval, batching_rule=_batching)
+def _factors(avals_in, avals_out, *, op, axis):
+    dims = tuple(f"d{d}" for d in range(avals_in[0].ndim))
+    return _sharding.Factors((dims,), (dims[:axis] + dims[axis + 1 :],), frozenset({dims[axis]}))
+
+
+reduce_p = _primitive.define(
+    "reduce", abstract_eval=_abstract_eval, batching_rule=_batching, factors=_factors
+)
 
 
 def reduce(x: Any, op: ReduceOp | str, axis: int) -> jax.Array:

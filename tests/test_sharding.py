@@ -1,0 +1,117 @@
+"""Sharded inputs on 4 host CPU devices (a 2 x 2 mesh): every op runs on its local
+shards, the result equals the unsharded one, and the compiled program has no collective
+for the axes the op can split locally.
+
+JAX fixes its device count at start-up, so the cases run in one subprocess with
+XLA_FLAGS=--xla_force_host_platform_device_count=4 and report back as JSON.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, re
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    import oxijax
+
+    jax.config.update("jax_enable_x64", True)
+    mesh = jax.make_mesh((2, 2), ("x", "y"))
+    rng = np.random.default_rng(0)
+    COLLECTIVE = re.compile(r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter")
+
+    def case(fn, *specs_and_shapes):
+        arrays = [rng.standard_normal(shape) for _, shape in specs_and_shapes]
+        sharded = [jax.device_put(a, NamedSharding(mesh, P(*spec)))
+                   for a, (spec, _) in zip(arrays, specs_and_shapes)]
+        jitted = jax.jit(fn)
+        out = jitted(*sharded)
+        expected = jax.jit(fn)(*(jnp.asarray(a) for a in arrays))  # one device
+        hlo = jitted.lower(*sharded).compile().as_text()
+        outs = out if isinstance(out, tuple) else (out,)
+        exps = expected if isinstance(expected, tuple) else (expected,)
+        return {
+            "close": all(bool(np.allclose(o, e, rtol=1e-12, atol=1e-12, equal_nan=True))
+                         for o, e in zip(outs, exps)),
+            "collectives": sorted(set(COLLECTIVE.findall(hlo))),
+            "spec": [list(map(str, o.sharding.spec)) for o in outs],
+        }
+
+    attention = lambda causal: (lambda q, k, v: oxijax.attention(q, k, v, causal=causal))
+    results = {
+        "unary": case(oxijax.exp, (("x", "y"), (8, 6))),
+        "binary broadcast": case(oxijax.add, (("x", "y"), (8, 6)), (("y",), (6,))),
+        "binary size-1 dim": case(oxijax.mul, ((None, "y"), (8, 6)), (("x", None), (8, 1))),
+        "reduce kept axes": case(lambda x: oxijax.max(x, 1), (("x", None, "y"), (4, 5, 6))),
+        "reduce split axis": case(lambda x: oxijax.sum(x, 1), (("x", "y"), (8, 6))),
+        "gemm batch and m": case(oxijax.matmul, (("x", "y", None), (4, 8, 6)),
+                                 (("x", None, None), (4, 6, 10))),
+        "gemm n, transposed b": case(lambda a, b: oxijax.gemm(a, b, trans_b="T"),
+                                     ((None, None), (8, 6)), (("y", None), (10, 6))),
+        "gemm split k": case(oxijax.matmul, ((None, "y"), (8, 6)), (("y", None), (6, 10))),
+        "gemm with c": case(lambda a, b, c: oxijax.gemm(a, b, c, alpha=0.5, beta=2.0),
+                            (("x", None), (8, 6)), ((None, "y"), (6, 10)),
+                            (("x", "y"), (8, 10))),
+        "conv2d images and filters": case(
+            lambda x, w: oxijax.conv2d(x, w, stride=2, padding=1),
+            (("x",), (4, 3, 9, 9)), (("y",), (6, 3, 3, 3))),
+        "conv2d split height": case(oxijax.conv2d, ((None, None, "x"), (2, 3, 8, 8)),
+                                    ((None,), (4, 3, 3, 3))),
+        "attention batch and heads": case(attention(True), *[(("x", "y"), (4, 2, 16, 8))] * 3),
+        "attention queries": case(attention(False), ((None, None, "x"), (2, 2, 16, 8)),
+                                  *[((None,), (2, 2, 12, 8))] * 2),
+        "attention causal queries": case(attention(True), ((None, None, "x"), (2, 2, 16, 8)),
+                                         *[((None,), (2, 2, 12, 8))] * 2),
+    }
+    print(json.dumps(results))
+    """
+)
+
+# Case -> the partition spec of each result when nothing is gathered; None where the op
+# cannot keep the split (JAX gathers those axes: only correctness is checked).
+LOCAL = {
+    "unary": [["x", "y"]],
+    "binary broadcast": [["x", "y"]],
+    "binary size-1 dim": [["x", "y"]],
+    "reduce kept axes": [["x", "y"]],
+    "reduce split axis": None,
+    "gemm batch and m": [["x", "y", "None"]],
+    "gemm n, transposed b": [["None", "y"]],
+    "gemm split k": None,
+    "gemm with c": [["x", "y"]],
+    "conv2d images and filters": [["x", "y", "None", "None"]],
+    "conv2d split height": None,
+    "attention batch and heads": [["x", "y", "None", "None"]],
+    "attention queries": [["None", "None", "x", "None"]],
+    "attention causal queries": None,
+}
+
+
+@pytest.fixture(scope="module")
+def results():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")
+    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(LOCAL))
+def test_sharded_result_equals_unsharded(results, name):
+    assert results[name]["close"], results[name]
+
+
+@pytest.mark.parametrize("name", [name for name, spec in LOCAL.items() if spec is not None])
+def test_shardable_axes_stay_local(results, name):
+    result = results[name]
+    assert result["collectives"] == [], result
+    specs = [spec + ["None"] * (len(expected) - len(spec))
+             for spec, expected in zip(result["spec"], LOCAL[name])]
+    assert specs == LOCAL[name], result
