@@ -59,7 +59,8 @@ def test_alpha_beta(alpha, beta, dtype):
 
 
 @pytest.mark.parametrize("batch_a,batch_b", [((4,), (4,)), ((3,), ()), ((), (5,)), ((2, 1), (1, 3)),
-                                             ((2, 3, 1), (4,))], ids=str)
+                                             ((2, 3, 1), (4,)),
+                                             ((2, 1) * 4, (1, 2) * 4)], ids=str)
 def test_batched_gemm_broadcasts_like_matmul(batch_a, batch_b, dtype):
     check(7, 9, 11, dtype, "N", "T", batch_a, batch_b)
     check(8, 5, 6, dtype, "T", "N", batch_a, batch_b, alpha=0.5, beta=2.0)

@@ -86,7 +86,10 @@ def test_gemm(m, n, k, trans, dtype, gpu):
     assert_close(gpu_out, 0.5 * op_a @ op_b + 2.0 * f64(c), dtype, scale=2.0 * np.sqrt(k) + 4.0)
 
 
-@pytest.mark.parametrize("batch_a,batch_b", [((4,), (4,)), ((3,), ()), ((2, 1), (1, 3))], ids=str)
+# (2, 1) * 4 against (1, 2) * 4: eight batch dims that cannot merge, more than one
+# launch indexes, so the host loops over the outer ones.
+@pytest.mark.parametrize("batch_a,batch_b", [((4,), (4,)), ((3,), ()), ((2, 1), (1, 3)),
+                                             ((2, 1) * 4, (1, 2) * 4)], ids=str)
 def test_batched_gemm(batch_a, batch_b, dtype, gpu):
     a, b = random((*batch_a, 37, 19), dtype, 1), random((*batch_b, 19, 45), dtype, 2)
     gpu_out, _ = run_both(oxijax.matmul, gpu, a, b)

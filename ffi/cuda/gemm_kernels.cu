@@ -28,8 +28,8 @@
 //
 // Batch: blockIdx.x enumerates the output tiles (grouped along m for L2 reuse),
 // blockIdx.y (and a loop, for > 65535 matrices) the batch items; per-operand batch
-// offsets come from up to kMaxBatchRank merged batch dims (BatchIndex; more is
-// cudaErrorInvalidValue). All offsets are 64-bit.
+// offsets come from up to kMaxBatchRank merged batch dims (BatchIndex); the host
+// loops over any dims beyond those, one launch per outer index. All offsets are 64-bit.
 //
 // Residency: the f16/bf16/f64 and SIMT kernels are register-capped at 128 so that two
 // 256-thread blocks fit an SM (48 KB static shared memory each for the tensor-core
@@ -40,6 +40,7 @@
 #include <climits>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kernels.h"
 
@@ -911,36 +912,41 @@ __global__ void __launch_bounds__(256) scale_c_kernel(const T* c, T* out, int64_
 // Host side
 // ---------------------------------------------------------------------------------
 
-bool make_batch_index(const GemmShape& s, BatchIndex& bi) {
-  bi = BatchIndex{};
-  const size_t nd = s.batch_dims.size();
-  if (s.a_batch_strides.size() != nd || s.b_batch_strides.size() != nd) return false;
-  int64_t dims[64], as[64], bs[64];
-  if (nd > 64) return false;
-  int rank = 0;
-  for (size_t d = 0; d < nd; ++d) {
+// The batch dims with size-1 dims dropped and neighbours merged where both operands'
+// strides chain (offset = (i_outer * size + i) * stride), outermost first.
+struct MergedBatch {
+  std::vector<int64_t> dims, a_stride, b_stride;
+};
+
+MergedBatch merge_batch_dims(const GemmShape& s) {
+  MergedBatch mb;
+  for (size_t d = 0; d < s.batch_dims.size(); ++d) {
     const int64_t size = s.batch_dims[d];
     if (size == 1) continue;
     const int64_t sa = s.a_batch_strides[d], sb = s.b_batch_strides[d];
-    // The previous (outer) dim merges into this one when its strides are this dim's
-    // times its size: offset = (i_outer * size + i) * stride.
-    if (rank > 0 && as[rank - 1] == sa * size && bs[rank - 1] == sb * size) {
-      dims[rank - 1] *= size;
-      as[rank - 1] = sa;
-      bs[rank - 1] = sb;
+    if (!mb.dims.empty() && mb.a_stride.back() == sa * size && mb.b_stride.back() == sb * size) {
+      mb.dims.back() *= size;
+      mb.a_stride.back() = sa;
+      mb.b_stride.back() = sb;
       continue;
     }
-    dims[rank] = size, as[rank] = sa, bs[rank] = sb;
-    ++rank;
+    mb.dims.push_back(size);
+    mb.a_stride.push_back(sa);
+    mb.b_stride.push_back(sb);
   }
-  if (rank > kMaxBatchRank) return false;
-  bi.rank = rank;
-  for (int d = 0; d < rank; ++d) {
-    bi.dims[d] = dims[d];
-    bi.a_stride[d] = as[d];
-    bi.b_stride[d] = bs[d];
+  return mb;
+}
+
+// Requires mb.dims.size() <= kMaxBatchRank.
+BatchIndex make_batch_index(const MergedBatch& mb) {
+  BatchIndex bi{};
+  bi.rank = int(mb.dims.size());
+  for (int d = 0; d < bi.rank; ++d) {
+    bi.dims[d] = mb.dims[d];
+    bi.a_stride[d] = mb.a_stride[d];
+    bi.b_stride[d] = mb.b_stride[d];
   }
-  return true;
+  return bi;
 }
 
 // Widest copy (16, 8 or 4 bytes, at least one element) every chunk of an operand is
@@ -1010,6 +1016,36 @@ bool make_params(const GemmShape& s, const T* a, const T* b, const T* c, T* out,
   return true;
 }
 
+// More merged batch dims than a kernel indexes: one launch (of the innermost
+// kMaxBatchRank dims) per index of the outer ones. Rare: it takes more than six batch
+// dims that broadcast differently.
+template <typename T>
+cudaError_t gemm_outer_loop(cudaStream_t stream, const GemmShape& shape, const MergedBatch& mb,
+                            const T* a, const T* b, const T* c, T* out, bool allow_tf32) {
+  const size_t outer_rank = mb.dims.size() - kMaxBatchRank;
+  GemmShape inner = shape;
+  inner.batch_dims.assign(mb.dims.begin() + outer_rank, mb.dims.end());
+  inner.a_batch_strides.assign(mb.a_stride.begin() + outer_rank, mb.a_stride.end());
+  inner.b_batch_strides.assign(mb.b_stride.begin() + outer_rank, mb.b_stride.end());
+  const int64_t out_step = inner.batch_count() * shape.m * shape.n;
+  const int64_t outer_count = shape.batch_count() / inner.batch_count();
+  for (int64_t o = 0; o < outer_count; ++o) {
+    int64_t rest = o, a_off = 0, b_off = 0;
+    for (size_t d = outer_rank; d-- > 0;) {  // innermost outer dim first
+      const int64_t i = rest % mb.dims[d];
+      rest /= mb.dims[d];
+      a_off += i * mb.a_stride[d];
+      b_off += i * mb.b_stride[d];
+    }
+    const T* c_item = c ? c + o * out_step : nullptr;
+    if (const cudaError_t status =
+            gemm(stream, inner, a + a_off, b + b_off, c_item, out + o * out_step, allow_tf32);
+        status != cudaSuccess)
+      return status;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 template <typename T>
@@ -1030,8 +1066,13 @@ cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const 
     return cudaGetLastError();
   }
 
-  BatchIndex bi;
-  if (!make_batch_index(shape, bi)) return cudaErrorInvalidValue;  // > 6 unmergeable dims
+  if (shape.a_batch_strides.size() != shape.batch_dims.size() ||
+      shape.b_batch_strides.size() != shape.batch_dims.size())
+    return cudaErrorInvalidValue;
+  const MergedBatch merged = merge_batch_dims(shape);
+  if (merged.dims.size() > size_t(kMaxBatchRank))
+    return gemm_outer_loop(stream, shape, merged, a, b, c, out, allow_tf32);
+  const BatchIndex bi = make_batch_index(merged);
 
   Params<T> p;
   dim3 grid;
