@@ -73,6 +73,7 @@ class Sizes:
 
 SIZES = {
     "small": Sizes(4099, 63, (67,), (2, 5, 11, 9, 7), (2, 3, 37, 16)),  # `check`
+    "quick": Sizes(1 << 20, 1024, (256,), (2, 32, 28, 28, 32), (1, 4, 256, 64)),  # bench --quick
     "large": Sizes(1 << 24, 4096, (1024,), (8, 64, 56, 56, 64), (1, 8, 1024, 64)),  # CPU bench
     # GPU bench: the sizes of the H200 goals (>= 2^26 elements, 4096^3 and 8192^3 gemms,
     # head_dim 128 at S = 4096).
@@ -81,7 +82,8 @@ SIZES = {
 
 
 def cases(size: str) -> list[Case]:
-    """The cases at one of SIZES: "small" (correctness check), "large" (CPU bench), "gpu"."""
+    """The cases at one of SIZES: "small" (correctness check), "quick", "large" (CPU bench),
+    "gpu"."""
     sizes = SIZES[size]
     n_elem, rows = sizes.elements, sizes.rows
     conv, att = sizes.conv, sizes.attention
@@ -95,6 +97,7 @@ def cases(size: str) -> list[Case]:
     b, heads, s, d = att
     conv_flops = 2.0 * n * k * h * w * c * 9
     att_flops = 4.0 * b * heads * s * s * d
+    att_bytes = 4 * b * heads * s * d  # q, k, v in, out
     return [
         Case("unary relu", f"{n_elem}", vec, lambda x: oxijax.relu(x), jax.nn.relu, bytes_moved=2 * n_elem),
         Case("unary exp", f"{n_elem}", vec, lambda x: oxijax.exp(x), jnp.exp, bytes_moved=2 * n_elem),
@@ -113,18 +116,21 @@ def cases(size: str) -> list[Case]:
         Case("gemm T,N batched", f"8x{gemm_n // 4}^3",
              lambda t: (_normal((8, gemm_n // 4, gemm_n // 4), t, 0), _normal((8, gemm_n // 4, gemm_n // 4), t, 1)),
              lambda a, b: oxijax.gemm(a, b, trans_a="T"), lambda a, b: jnp.swapaxes(a, -1, -2) @ b,
-             flops=2.0 * 8 * (gemm_n // 4) ** 3),
+             flops=2.0 * 8 * (gemm_n // 4) ** 3, bytes_moved=3 * 8 * (gemm_n // 4) ** 2),
         Case("conv2d 3x3 pad 1", f"{n}x{c}x{h}x{w} * {k}x{c}x3x3",
              lambda t: (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1)),
-             lambda x, wt: oxijax.conv2d(x, wt, padding=1), _conv_xla, flops=conv_flops),
+             lambda x, wt: oxijax.conv2d(x, wt, padding=1), _conv_xla, flops=conv_flops,
+             bytes_moved=n * c * h * w + k * c * 9 + n * k * h * w),
         Case("attention", f"B{b} H{heads} S{s} D{d}",
              lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),
-             oxijax.attention, _bhsd_attention, flops=att_flops, reference_fn=_attention_jnp,
+             oxijax.attention, _bhsd_attention, flops=att_flops, bytes_moved=att_bytes,
+             reference_fn=_attention_jnp,
              baselines=_cudnn_attention(False)),
         Case("attention causal", f"B{b} H{heads} S{s} D{d}",
              lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),
              lambda q, k, v: oxijax.attention(q, k, v, causal=True),
              lambda q, k, v: _bhsd_attention(q, k, v, causal=True), flops=att_flops / 2,
+             bytes_moved=att_bytes,
              reference_fn=lambda q, k, v: _attention_jnp(q, k, v, causal=True),
              baselines=_cudnn_attention(True)),
     ]
@@ -137,9 +143,10 @@ def _gemm_cases(n: int) -> list[Case]:
 
     return [
         Case("gemm", f"{n}^3", make, oxijax.matmul,
-             lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST), flops=2.0 * n**3),
+             lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST), flops=2.0 * n**3,
+             bytes_moved=3 * n * n),
         Case("gemm tf32", f"{n}^3", make, lambda a, b: oxijax.gemm(a, b, precision="tf32"),
-             jnp.matmul, flops=2.0 * n**3, tolerance_factor=50.0),
+             jnp.matmul, flops=2.0 * n**3, bytes_moved=3 * n * n, tolerance_factor=50.0),
     ]
 
 

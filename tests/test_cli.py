@@ -37,3 +37,29 @@ def test_bench_writes_json(tmp_path, monkeypatch):
     # cuDNN attention is a baseline that cannot run on a CPU: reported, as NaN, not dropped.
     attention = next(r for r in results if r["op"] == "attention")
     assert set(attention["baselines"]) == {"XLA", "cuDNN"}
+
+
+def test_bench_quick_prints_a_table_and_plots(tmp_path, capsys):
+    from oxijax import __main__ as cli
+
+    plot = tmp_path / "bench.png"
+    assert cli.main(["bench", "--quick", "--dtype", "float32", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("op "))
+    assert "oxijax ms" in header and "XLA/oxijax" in header
+    rows = [line for line in out.splitlines() if line.startswith(("gemm ", "attention "))]
+    assert rows and all("TFLOP/s" in line for line in rows)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_roofline_plot_for_a_gpu_report(tmp_path):
+    """The roofline panel only appears on a GPU; draw it from a synthetic GPU report."""
+    from oxijax import benchmark
+
+    row = {"op": "gemm", "dtype": "bfloat16", "shape": "8192^3", "oxijax_ms": 1.5, "xla_ms": 1.2,
+           "ratio": 0.8, "flops": 2.0 * 8192**3, "bytes": 6.0 * 8192**2, "copy_gbps": 4000.0,
+           "baselines": {"XLA": {"ms": 1.2, "ratio": 0.8}}}
+    report = benchmark.Report("cuda:0", "NVIDIA H200", "gpu", "gpu", 5, [row], {"bfloat16": 4000.0})
+    figure = benchmark.plot(report, str(tmp_path / "roofline.png"))
+    assert len(figure.axes) == 2
+    assert (tmp_path / "roofline.png").stat().st_size > 0
