@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax
 
-from oxijax import _oxijax
+from oxijax._extension import _oxijax
 
 _PLATFORMS = {"cpu": "cpu", "CUDA": "cuda"}  # FFI platform name -> jax lowering platform
 

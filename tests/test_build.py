@@ -79,3 +79,12 @@ def test_import_in_fresh_interpreter():
     code = "import oxijax, jax.numpy as jnp; print(float(oxijax.sum(jnp.ones(3), 0)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "3.0"
+
+
+@pytest.mark.skipif(os.environ.get("OXIJAX_EXPECT_SANITIZED") != "1",
+                    reason="only under scripts/sanitize_check.sh")
+def test_the_sanitized_extension_is_the_one_loaded():
+    from oxijax._extension import _oxijax
+
+    assert "-fsanitize=address,undefined" in oxijax.BUILD_INFO["cpu_flags"]
+    assert os.path.samefile(_oxijax.__file__, os.environ["OXIJAX_EXTENSION"])
