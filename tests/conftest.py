@@ -50,13 +50,15 @@ def dtype(request):
 
 
 def random(shape, dtype, seed=0, low=-2.0, high=2.0):
-    """Uniform values in [low, high), exactly representable in dtype."""
+    """Uniform values in [low, high), exactly representable in dtype. Converted on the host
+    (ml_dtypes), so that no XLA computation is compiled for each new shape."""
     values = np.random.default_rng(seed).uniform(low, high, size=shape)
-    return jnp.asarray(values, dtype=dtype)
+    return jnp.asarray(values.astype(np.dtype(dtype)))
 
 
 def f64(x) -> np.ndarray:
-    return np.asarray(jnp.asarray(x).astype(jnp.float64))
+    """x as a float64 NumPy array (a host conversion, exact for every supported dtype)."""
+    return np.asarray(x).astype(np.float64)
 
 
 def assert_close(actual, expected, dtype, scale=None, factor=1.0):
