@@ -42,21 +42,24 @@ struct Plan {
   int64_t m, n, k;
   // op(a)(i, kk) = a[i * a_rs + kk * a_cs];  op(b)(kk, j) = b[j * b_rs + kk * b_cs].
   int64_t a_rs, a_cs, b_rs, b_cs;
+  int64_t ldc;  // row stride of out and c
   A alpha, beta;
   KBlocks kb;
   int64_t rows_big, cols_big;  // super-block size, multiples of MR / NR
 
   explicit Plan(const GemmShape& s)
       : m(s.m), n(s.n), k(s.k),
-        a_rs(s.trans_a ? 1 : s.k), a_cs(s.trans_a ? s.m : 1),
-        b_rs(s.trans_b ? s.k : 1), b_cs(s.trans_b ? 1 : s.n),
+        a_rs(s.trans_a ? 1 : s.a_ld()), a_cs(s.trans_a ? s.a_ld() : 1),
+        b_rs(s.trans_b ? s.b_ld() : 1), b_cs(s.trans_b ? 1 : s.b_ld()),
+        ldc(s.out_ld()),
         alpha(A(s.alpha)), beta(A(s.beta)), kb(s.k, Blocking<A>::kKC) {
     rows_big = even_block(m, kPackBudget<A> / k, MR);
     cols_big = even_block(n, kPackBudget<A> / k, NR);
   }
 
   Target<T> target(const Matrices<T>& x, int64_t ib, int64_t jb) const {
-    return {x.out + ib * n + jb, x.c != nullptr ? x.c + ib * n + jb : nullptr, n, alpha, beta};
+    return {x.out + ib * ldc + jb, x.c != nullptr ? x.c + ib * ldc + jb : nullptr, ldc, alpha,
+            beta};
   }
   void pack_a(A* dst, int64_t width, const Matrices<T>& x, int64_t ib, int64_t rows,
               int64_t i0, int64_t i1) const {
@@ -168,10 +171,15 @@ void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, c
   const int64_t batch = shape.batch_count(), mn = shape.m * shape.n;
   if (batch == 0 || mn == 0) return;
   const A beta = A(shape.beta);
-  if (shape.k == 0) {  // empty sum: out = beta * c
-    par.for_range(batch * mn, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        out[i] = store<T>(beta != A(0) ? beta * load(c[i]) : A(0));
+  const int64_t ldc = shape.out_ld(), out_stride = shape.out_stride();
+  if (shape.k == 0) {  // empty sum: out = beta * c, row by row (rows may be padded)
+    par.for_range(batch * shape.m, (int64_t{1} << 16) / shape.n + 1,
+                  [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t offset = (row / shape.m) * out_stride + (row % shape.m) * ldc;
+        for (int64_t j = offset; j < offset + shape.n; ++j)
+          out[j] = store<T>(beta != A(0) ? beta * load(c[j]) : A(0));
+      }
     });
     return;
   }
@@ -179,7 +187,7 @@ void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, c
   const auto item = [&](int64_t i) {
     return Matrices<T>{a + batch_offset(shape, shape.a_batch_strides, i),
                        b + batch_offset(shape, shape.b_batch_strides, i),
-                       c != nullptr ? c + i * mn : nullptr, out + i * mn};
+                       c != nullptr ? c + i * out_stride : nullptr, out + i * out_stride};
   };
   const double flops = 2.0 * double(mn) * double(shape.k);
   const int64_t threads = par.threads();

@@ -74,6 +74,8 @@ struct Params {
   T* out;
   int64_t m, n, k;
   int64_t lda, ldb;  // leading dims of a and b as stored
+  int64_t ldc;       // row stride of out and c
+  int64_t out_stride;  // elements between consecutive out (and c) matrices
   int64_t batch;
   int64_t tiles_m, tiles_n;  // tiles_m * tiles_n <= INT_MAX (gridDim.x)
   Acc<T> alpha, beta;
@@ -138,7 +140,7 @@ struct alignas(2 * sizeof(T)) Pair {
 template <typename T>
 __device__ __forceinline__ void store_pair(const Params<T>& p, int64_t off, bool both, Acc<T> v0,
                                            Acc<T> v1) {
-  if (p.out_vec && both) {  // off is even: n is even and so are n0 and the column
+  if (p.out_vec && both) {  // off is even: so are ldc, out_stride, n0 and the column
     Pair<T> cv{};
     if (p.beta != Acc<T>(0)) cv = *reinterpret_cast<const Pair<T>*>(p.c + off);
     Pair<T> r;
@@ -692,7 +694,7 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
 
     // Epilogue straight from the accumulators: rows g (+8), columns 2t, 2t+1.
     tile_origin(m0, n0);
-    const int64_t tile_off = item * p.m * p.n + m0 * p.n + n0;
+    const int64_t tile_off = item * p.out_stride + m0 * p.ldc + n0;
     const int rows_left = int(imin<int64_t>(p.m - m0, BM));
     const int cols_left = int(imin<int64_t>(p.n - n0, BN));
 #pragma unroll
@@ -704,7 +706,7 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
           const int r = wm * WTM + i * Cfg::MMA_M + g + 8 * h;
           const int cl = wn * WTN + j * Cfg::MMA_N + 2 * t;
           if (r < rows_left && cl < cols_left)
-            store_pair<T>(p, tile_off + int64_t(r) * p.n + cl, cl + 1 < cols_left,
+            store_pair<T>(p, tile_off + int64_t(r) * p.ldc + cl, cl + 1 < cols_left,
                           acc[i][j][2 * h], acc[i][j][2 * h + 1]);
         }
   }
@@ -864,7 +866,7 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
 
     // Epilogue, 4 adjacent columns at a time.
     tile_origin(m0, n0);
-    const int64_t tile_off = item * p.m * p.n + m0 * p.n + n0;
+    const int64_t tile_off = item * p.out_stride + m0 * p.ldc + n0;
     const int rows_left = int(imin<int64_t>(p.m - m0, kSimtBM));
     const int cols_left = int(imin<int64_t>(p.n - n0, kSimtBN));
     const bool read_c = p.beta != 0.0f;
@@ -876,8 +878,8 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
       for (int h = 0; h < 2; ++h) {
         const int cl = 64 * h + 4 * tx;
         if (cl >= cols_left) continue;
-        const int64_t off = tile_off + int64_t(r) * p.n + cl;
-        if (p.out_vec && cl + 4 <= cols_left) {  // off % 4 == 0: n % 4 == 0, n0 + cl % 4 == 0
+        const int64_t off = tile_off + int64_t(r) * p.ldc + cl;
+        if (p.out_vec && cl + 4 <= cols_left) {  // off % 4 == 0: ldc, out_stride, n0 + cl are
           float4 cv = make_float4(0.f, 0.f, 0.f, 0.f);
           if (read_c) cv = *reinterpret_cast<const float4*>(p.c + off);
           float4 v;
@@ -897,15 +899,19 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
 }
 
 // ---------------------------------------------------------------------------------
-// k == 0: out = beta * c (or 0).
+// k == 0: out = beta * c (or 0), over batch x m x n elements of strided rows.
 // ---------------------------------------------------------------------------------
 
 template <typename T>
 __global__ void __launch_bounds__(256) scale_c_kernel(const T* c, T* out, int64_t total,
-                                                      Acc<T> beta) {
+                                                      int64_t m, int64_t n, int64_t ldc,
+                                                      int64_t out_stride, Acc<T> beta) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride)
-    out[i] = store<T>(beta != Acc<T>(0) ? beta * load(c[i]) : Acc<T>(0));
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t row = i / n, item = row / m;
+    const int64_t off = item * out_stride + (row - item * m) * ldc + (i - row * n);
+    out[off] = store<T>(beta != Acc<T>(0) ? beta * load(c[off]) : Acc<T>(0));
+  }
 }
 
 // ---------------------------------------------------------------------------------
@@ -1000,8 +1006,10 @@ bool make_params(const GemmShape& s, const T* a, const T* b, const T* c, T* out,
                  int64_t bn, const BatchIndex& bi, Params<T>& p, dim3& grid) {
   p.a = a, p.b = b, p.c = c, p.out = out;
   p.m = s.m, p.n = s.n, p.k = s.k;
-  p.lda = s.trans_a ? s.m : s.k;
-  p.ldb = s.trans_b ? s.k : s.n;
+  p.lda = s.a_ld();
+  p.ldb = s.b_ld();
+  p.ldc = s.out_ld();
+  p.out_stride = s.out_stride();
   p.batch = s.batch_count();
   p.tiles_m = (s.m + bm - 1) / bm;
   p.tiles_n = (s.n + bn - 1) / bn;
@@ -1061,8 +1069,8 @@ cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const 
   if (shape.k == 0) {
     const int64_t total = batch * shape.m * shape.n;
     const int64_t blocks = (total + 255) / 256;
-    scale_c_kernel<T><<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(c, out, total,
-                                                                                   beta);
+    scale_c_kernel<T><<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(
+        c, out, total, shape.m, shape.n, shape.out_ld(), shape.out_stride(), beta);
     return cudaGetLastError();
   }
 
@@ -1079,7 +1087,8 @@ cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const 
   // Vector epilogue: pairs (tensor-core kernels) or quads (SIMT) of adjacent columns.
   const auto out_vec = [&](int elems) {
     const int bytes = elems * int(sizeof(T));
-    return shape.n % elems == 0 && aligned_to(out, bytes) &&
+    return shape.out_ld() % elems == 0 && shape.out_stride() % elems == 0 &&
+           aligned_to(out, bytes) &&
            (beta == AccT(0) || aligned_to(c, bytes));
   };
   if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {

@@ -1,9 +1,11 @@
 // The Python extension `oxijax._oxijax`: hands the FFI handlers to Python as capsules
-// (registered by oxijax/_ffi.py) and reports how the extension was built.
+// (registered by oxijax/_ffi.py), reports how the extension was built, and holds the
+// pointer backend's devices (submodule `backend`, ffi/backend).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "backend/bindings.h"
 #include "handlers.h"
 #include "xla/ffi/api/c_api.h"
 
@@ -58,4 +60,6 @@ NB_MODULE(_oxijax, m) {
     info["cpu_flags"] = std::string(OXIJAX_CPU_FLAGS);
     return info;
   }, "How this extension was built: CUDA support, architectures, FFI API version.");
+
+  oxijax::backend::bind_backend(m);
 }

@@ -10,6 +10,8 @@ namespace oxijax {
 // out[..., m, n] = alpha * op(a) @ op(b) + beta * c, for every batch index.
 // op(a) is m x k: a is stored [..., m, k], or [..., k, m] when trans_a.
 // Batch dims broadcast like jnp.matmul: a stride of 0 repeats a matrix.
+// Leading dims (elements between stored rows) default to packed (0); the pointer
+// backend sets them for padded matrices. c shares out's layout (c may be out).
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
@@ -17,11 +19,17 @@ struct GemmShape {
   std::vector<int64_t> batch_dims;           // the output's batch dims
   std::vector<int64_t> a_batch_strides;      // element offset between a's matrices, per dim
   std::vector<int64_t> b_batch_strides;
+  int64_t lda = 0, ldb = 0, ldc = 0;         // 0: packed
+  int64_t out_batch_stride = 0;              // between out's (and c's) matrices; 0: m * ldc
   int64_t batch_count() const {
     int64_t count = 1;
     for (int64_t d : batch_dims) count *= d;
     return count;
   }
+  int64_t a_ld() const { return lda != 0 ? lda : (trans_a ? m : k); }
+  int64_t b_ld() const { return ldb != 0 ? ldb : (trans_b ? k : n); }
+  int64_t out_ld() const { return ldc != 0 ? ldc : n; }
+  int64_t out_stride() const { return out_batch_stride != 0 ? out_batch_stride : m * out_ld(); }
 };
 
 // Cross-correlation over `groups` independent problems:

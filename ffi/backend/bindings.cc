@@ -1,0 +1,125 @@
+// Thin functions: oxijax/backend validates everything (SPEC §2's order) before calling
+// here; blocking work runs with the GIL released.
+#include "bindings.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu_device.h"
+#include "errors.h"
+#ifdef OXIJAX_WITH_CUDA
+#include "cuda_device.h"
+#endif
+
+namespace nb = nanobind;
+
+namespace oxijax::backend {
+namespace {
+
+template <class Device>
+void bind_ops(nb::class_<Device>& cls) {
+  const auto release = nb::call_guard<nb::gil_scoped_release>();
+  cls.def("unary", [](Device& d, int dtype, int op, uintptr_t x, uintptr_t y, int64_t n) {
+    d.unary(dtype, op, x, y, n);
+  }, release);
+  cls.def("binary", [](Device& d, int dtype, int op, uintptr_t a, uintptr_t b, uintptr_t out,
+                       int64_t n) { d.binary(dtype, op, a, b, out, n); }, release);
+  cls.def("reduce", [](Device& d, int dtype, int op, uintptr_t x, uintptr_t out, int64_t outer,
+                       int64_t axis, int64_t inner) {
+    d.reduce(dtype, op, x, out, reduce_shape(outer, axis, inner));
+  }, release);
+  cls.def("gemm", [](Device& d, int dtype, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                     int64_t k, double alpha, uintptr_t a, int64_t lda, int64_t stride_a,
+                     uintptr_t b, int64_t ldb, int64_t stride_b, double beta, uintptr_t c,
+                     int64_t ldc, int64_t stride_c, int64_t batch) {
+    GemmProblem p;
+    p.trans_a = trans_a, p.trans_b = trans_b, p.m = m, p.n = n, p.k = k;
+    p.alpha = alpha, p.beta = beta, p.batch = batch;
+    p.lda = lda, p.stride_a = stride_a, p.ldb = ldb, p.stride_b = stride_b;
+    p.ldc = ldc, p.stride_c = stride_c;
+    d.gemm(dtype, p, a, b, c);
+  }, release, "Row-major strided batch, c in place (see problems.h).");
+  cls.def("conv2d", [](Device& d, int dtype, uintptr_t x, std::vector<int64_t> input,
+                       uintptr_t w, std::vector<int64_t> filter, uintptr_t out,
+                       std::vector<int64_t> output, std::vector<int64_t> stride,
+                       std::vector<int64_t> padding) {
+    d.conv2d(dtype, ConvArgs{x, w, out, input, filter, output, stride, padding});
+  }, release);
+  cls.def("attention", [](Device& d, int dtype, uintptr_t q, uintptr_t k, uintptr_t v,
+                          uintptr_t out, int64_t batch, int64_t heads, int64_t seq_q,
+                          int64_t seq_kv, int64_t head_dim, double scale, bool causal) {
+    d.attention(dtype, AttentionArgs{q, k, v, out,
+                                     attention_shape(batch, heads, seq_q, seq_kv, head_dim,
+                                                     scale, causal)});
+  }, release);
+}
+
+nb::dlpack::dtype dlpack_dtype(int code) {
+  switch (static_cast<DType>(code)) {
+    case DType::kFloat16: return {uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::kBFloat16: return {uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1};
+    case DType::kFloat32: return {uint8_t(nb::dlpack::dtype_code::Float), 32, 1};
+    case DType::kFloat64: return {uint8_t(nb::dlpack::dtype_code::Float), 64, 1};
+  }
+  throw std::invalid_argument("unknown dtype code");
+}
+
+}  // namespace
+
+void bind_backend(nb::module_& parent) {
+  nb::module_ m = parent.def_submodule(
+      "backend", "The pointer backend's devices on raw addresses (use oxijax.backend).");
+
+  // DriverError(code, name, message): a failure of the CUDA driver or runtime.
+  static PyObject* driver_error =
+      PyErr_NewException("oxijax._oxijax.backend.DriverError", PyExc_RuntimeError, nullptr);
+  m.attr("DriverError") = nb::handle(driver_error);
+  nb::register_exception_translator([](const std::exception_ptr& p, void* payload) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const DriverFailure& e) {
+      nb::object args = nb::make_tuple(e.code, e.name, e.what());
+      PyErr_SetObject(static_cast<PyObject*>(payload), args.ptr());
+    }
+  }, driver_error);
+
+  nb::class_<CpuDevice> cpu(m, "CpuDevice");
+  cpu.def(nb::init<>());
+  bind_ops(cpu);
+  m.def("host_copy", &CpuDevice::copy, nb::call_guard<nb::gil_scoped_release>(),
+        "memmove(dst, src, nbytes) on host addresses.");
+
+#ifdef OXIJAX_WITH_CUDA
+  m.attr("cuda_built") = true;
+  nb::class_<CudaDevice> cuda(m, "CudaDevice");
+  cuda.def(nb::init<int>(), nb::call_guard<nb::gil_scoped_release>());
+  const auto release = nb::call_guard<nb::gil_scoped_release>();
+  cuda.def_prop_ro("ordinal", &CudaDevice::ordinal);
+  cuda.def_prop_ro("stream", &CudaDevice::stream);
+  cuda.def("alloc", &CudaDevice::alloc, release);
+  cuda.def("free", &CudaDevice::free, release);
+  cuda.def("htod", &CudaDevice::htod, release);
+  cuda.def("dtoh", &CudaDevice::dtoh, release);
+  cuda.def("synchronize", &CudaDevice::synchronize, release);
+  cuda.def("mem_info", &CudaDevice::mem_info, release);
+  cuda.def("close", &CudaDevice::close, release);
+  bind_ops(cuda);
+#else
+  m.attr("cuda_built") = false;
+#endif
+
+  // A DLPack-capable view of memory at `ptr` (row-major `shape`), keeping `owner`
+  // alive until the consumer (jax.dlpack.from_dlpack) lets go of it.
+  m.def("dlpack_view", [](uintptr_t ptr, std::vector<size_t> shape, int dtype, int device_type,
+                          int device_id, nb::handle owner) {
+    return nb::ndarray<nb::array_api>(reinterpret_cast<void*>(ptr), shape.size(), shape.data(), owner,
+                         nullptr, dlpack_dtype(dtype), device_type, device_id);
+  });
+}
+
+}  // namespace oxijax::backend

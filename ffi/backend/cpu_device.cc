@@ -1,0 +1,126 @@
+#include "cpu_device.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cpu/kernels.h"
+
+namespace oxijax::backend {
+namespace {
+
+// Worker threads for cpu::Parallel. The caller of a loop always works too, so a queue
+// shared by concurrent callers never deadlocks, it only shares the workers.
+class HostPool {
+ public:
+  explicit HostPool(int64_t workers) {
+    for (int64_t i = 0; i < workers; ++i) threads_.emplace_back([this] { run(); });
+  }
+  int64_t workers() const { return static_cast<int64_t>(threads_.size()); }
+  void schedule(cpu::Parallel::Task task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      cpu::Parallel::Task task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !tasks_.empty(); });
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<cpu::Parallel::Task> tasks_;
+  std::vector<std::thread> threads_;
+};
+
+// One pool for the process, never destroyed: its threads die with the process, and no
+// static destructor has to join them at exit.
+HostPool& host_pool() {
+  static HostPool* pool = new HostPool(
+      std::max<int64_t>(0, int64_t(std::thread::hardware_concurrency()) - 1));
+  return *pool;
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice() {
+  HostPool& pool = host_pool();
+  if (pool.workers() > 0)
+    par_ = cpu::Parallel(pool.workers(), [&pool](cpu::Parallel::Task t) { pool.schedule(std::move(t)); });
+}
+
+void CpuDevice::copy(uintptr_t dst, uintptr_t src, size_t bytes) {
+  if (bytes > 0) std::memmove(at<void>(dst), at<const void>(src), bytes);
+}
+
+void CpuDevice::unary(int dtype, int op, uintptr_t x, uintptr_t y, int64_t n) const {
+  with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    cpu::unary(par_, static_cast<UnaryOp>(op), at<const T>(x), at<T>(y), n);
+  });
+}
+
+void CpuDevice::binary(int dtype, int op, uintptr_t a, uintptr_t b, uintptr_t out,
+                       int64_t n) const {
+  const BroadcastShape shape = flat_shape(n);
+  with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    cpu::binary(par_, static_cast<BinaryOp>(op), shape, at<const T>(a), at<const T>(b),
+                at<T>(out));
+  });
+}
+
+void CpuDevice::reduce(int dtype, int op, uintptr_t x, uintptr_t out,
+                       const ReduceShape& shape) const {
+  with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    cpu::reduce(par_, static_cast<ReduceOp>(op), shape, at<const T>(x), at<T>(out));
+  });
+}
+
+void CpuDevice::gemm(int dtype, const GemmProblem& problem, uintptr_t a, uintptr_t b,
+                     uintptr_t c) const {
+  const GemmShape shape = gemm_shape(problem);
+  with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    cpu::gemm(par_, shape, at<const T>(a), at<const T>(b),
+              problem.beta != 0.0 ? at<const T>(c) : nullptr, at<T>(c));
+  });
+}
+
+void CpuDevice::conv2d(int dtype, const ConvArgs& args) const {
+  const ConvShape shape = conv_shape(args.input, args.filter, args.output, args.stride,
+                                     args.padding);
+  with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    cpu::conv2d(par_, shape, at<const T>(args.x), at<const T>(args.w), at<T>(args.out));
+  });
+}
+
+void CpuDevice::attention(int dtype, const AttentionArgs& args) const {
+  const AttentionShape& s = args.shape;
+  with_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    // The kernel also writes each row's log-sum-exp (for the JAX backward pass).
+    std::vector<Acc<T>> lse(size_t(s.batch * s.heads * s.seq_q));
+    cpu::attention(par_, s, at<const T>(args.q), at<const T>(args.k), at<const T>(args.v),
+                   at<T>(args.out), lse.data());
+  });
+}
+
+}  // namespace oxijax::backend
