@@ -1035,7 +1035,7 @@ cudaError_t gemm_outer_loop(cudaStream_t stream, const GemmShape& shape, const M
   inner.batch_dims.assign(mb.dims.begin() + outer_rank, mb.dims.end());
   inner.a_batch_strides.assign(mb.a_stride.begin() + outer_rank, mb.a_stride.end());
   inner.b_batch_strides.assign(mb.b_stride.begin() + outer_rank, mb.b_stride.end());
-  const int64_t out_step = inner.batch_count() * shape.m * shape.n;
+  const int64_t out_step = inner.batch_count() * shape.out_stride();
   const int64_t outer_count = shape.batch_count() / inner.batch_count();
   for (int64_t o = 0; o < outer_count; ++o) {
     int64_t rest = o, a_off = 0, b_off = 0;
