@@ -79,6 +79,8 @@ def _no_second_derivative(primals, tangents, **params):
         "differentiating its gradient again is not implemented")
 
 
+# Reached only by differentiating the custom_vjp's forward or backward pass again.
+ad.primitive_jvps[attention_p] = _no_second_derivative
 ad.primitive_jvps[attention_backward_p] = _no_second_derivative
 
 
