@@ -33,7 +33,7 @@ namespace {
 using namespace simd;
 
 constexpr int kMaxIV = kRegs >= 32 ? 4 : 2;  // vectors of query lanes per query block
-constexpr int64_t kBk = 64;                  // keys per task
+constexpr int64_t kBk = 128;                 // keys per task
 constexpr int kLaneRows = kRegs >= 32 ? 6 : 4;  // register tile rows in lane-vector kernels
 constexpr int kRowVecs = kRegs >= 32 ? 4 : 2;   // head-dim vectors per register tile
 constexpr int kRowRows = 6;                     // register tile rows in head-dim kernels
