@@ -1,12 +1,16 @@
-"""attention: softmax(scale * q k^T) v, fused with an online softmax."""
+"""attention: softmax(scale * q k^T) v, fused with an online softmax, and its gradient
+(FlashAttention-2 backward from the saved log-sum-exp) through jax.custom_vjp."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from jax.interpreters import ad
 
 from oxijax import _checks, _primitive, _sharding
 
@@ -43,6 +47,61 @@ attention_p = _primitive.define(
 )
 
 
+def _backward_abstract_eval(q, k, v, out, lse, dout, *, scale, causal):
+    return tuple(jax.core.ShapedArray(x.shape, x.dtype) for x in (q, k, v))
+
+
+def _backward_batching(args, dims, **params):
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    moved = (_primitive.move_batch_to_front(x, d, size) for x, d in zip(args, dims))
+    merged = [x.reshape(size * x.shape[1], *x.shape[2:]) for x in moved]
+    grads = attention_backward_p.bind(*merged, **params)
+    return tuple(g.reshape(size, -1, *g.shape[1:]) for g in grads), (0, 0, 0)
+
+
+def _backward_factors(avals_in, avals_out, *, scale, causal):
+    """Batch and heads split freely; dk and dv sum over the queries, so queries, keys
+    and head_dim are replicated."""
+    q, kv = ("b", "h", "q", "d"), ("b", "h", "kv", "d")
+    return _sharding.Factors((q, kv, kv, q, ("b", "h", "q"), q), (q, kv, kv),
+                             frozenset({"q", "kv", "d"}))
+
+
+attention_backward_p = _primitive.define(
+    "attention_backward", abstract_eval=_backward_abstract_eval,
+    batching_rule=_backward_batching, multiple_results=True, factors=_backward_factors,
+)
+
+
+def _no_second_derivative(primals, tangents, **params):
+    raise NotImplementedError(
+        "oxijax.attention supports first derivatives only (jax.grad / jax.vjp); "
+        "differentiating its gradient again is not implemented")
+
+
+# Reached only by differentiating the custom_vjp's forward or backward pass again.
+ad.primitive_jvps[attention_p] = _no_second_derivative
+ad.primitive_jvps[attention_backward_p] = _no_second_derivative
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _attention(q, k, v, scale, causal):
+    out, _ = attention_p.bind(q, k, v, scale=scale, causal=causal)
+    return out
+
+
+def _attention_fwd(q, k, v, scale, causal):
+    out, lse = attention_p.bind(q, k, v, scale=scale, causal=causal)
+    return out, (q, k, v, out, lse)
+
+
+def _attention_bwd(scale, causal, residuals, dout):
+    return attention_backward_p.bind(*residuals, dout, scale=scale, causal=causal)
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
 def attention(
     q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False
 ) -> jax.Array:
@@ -52,6 +111,10 @@ def attention(
     ``scale`` multiplies the scores (default ``1/sqrt(D)``; positive and finite). With
     ``causal``, query ``i`` sees key ``j`` iff ``j <= i + (Skv - Sq)`` (bottom-right
     aligned); a query that sees no key gets zeros. The Sq x Skv scores are never stored.
+
+    Differentiable in reverse mode (``jax.grad``, ``jax.vjp``) by a fused backward
+    kernel; a query that sees no key gets zero gradients. Forward mode (``jax.jvp``)
+    and second derivatives are not supported and raise.
     """
     q, k, v = (_checks.array(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -75,5 +138,4 @@ def attention(
         raise ValueError(f"scale must be positive, got {scale}")
     if q.size == 0 or k.shape[2] == 0:
         return jnp.zeros(q.shape, dtype)
-    out, _ = attention_p.bind(q, k, v, scale=scale, causal=causal)
-    return out
+    return _attention(q, k, v, scale, causal)

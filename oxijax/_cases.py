@@ -58,6 +58,31 @@ def _attention_jnp(q, k, v, causal=False):
     return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
 
 
+def _fwd_bwd(attention_fn: Callable) -> Callable:
+    """(q, k, v, dout) -> the gradients of attention_fn at q, k, v for the output
+    cotangent dout: one forward and one backward pass."""
+    def fn(q, k, v, dout):
+        return jax.vjp(attention_fn, q, k, v)[1](dout)
+    return fn
+
+
+def _fwd_bwd_cases(b, heads, s, d) -> list[Case]:
+    """Attention forward + backward against jax.nn.dot_product_attention's (XLA, cuDNN)."""
+    def make(t):
+        return tuple(_normal((b, heads, s, d), t, i) for i in range(4))
+
+    flops = 3.5 * 4.0 * b * heads * s * s * d  # the backward is 5 products to the forward's 2
+    return [
+        Case(f"attention{' causal' * causal} fwd+bwd", f"B{b} H{heads} S{s} D{d}", make,
+             _fwd_bwd(lambda q, k, v, c=causal: oxijax.attention(q, k, v, causal=c)),
+             _fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c)),
+             flops=flops / (2 if causal else 1),
+             reference_fn=_fwd_bwd(lambda q, k, v, c=causal: _attention_jnp(q, k, v, c)),
+             baselines=(("cuDNN", _fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c, "cudnn"))),))
+        for causal in (False, True)
+    ]
+
+
 def _conv_xla(x, w, stride=(1, 1), padding=(1, 1)):
     return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding])
 
@@ -133,6 +158,7 @@ def cases(size: str) -> list[Case]:
              bytes_moved=att_bytes,
              reference_fn=lambda q, k, v: _attention_jnp(q, k, v, causal=True),
              baselines=_cudnn_attention(True)),
+        *_fwd_bwd_cases(b, heads, s, d),
     ]
 
 

@@ -38,7 +38,8 @@ cd tests
 parallel=()
 python -c "import xdist" 2>/dev/null && parallel=(-n 8)
 step info 20 python -m oxijax info
-step gpu_tests 150 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. test_gpu.py test_backend_gpu.py test_build.py
+# Every test that takes the `gpu` fixture carries the `gpu` marker (tests/conftest.py).
+step gpu_tests 150 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. -m gpu . test_build.py
 step bench 100 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
 step check 20 python -m oxijax check
 left=$((470 - SECONDS))

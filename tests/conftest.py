@@ -31,6 +31,13 @@ TOLERANCE = {
 }
 
 
+def pytest_collection_modifyitems(items):
+    """Tests that use the `gpu` fixture are marked `gpu` (scripts/gpu_check.sh: -m gpu)."""
+    for item in items:
+        if "gpu" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gpu)
+
+
 @pytest.fixture
 def gpu():
     """The first CUDA device; skips without one, fails instead with OXIJAX_REQUIRE_GPU=1."""

@@ -90,7 +90,8 @@ def test_vmap_folds_into_kernel_batch(in_axes):
         qi, ki, vi = (x[i] if a is not None else x[0] for x, a in zip((q, k, v), in_axes))
         np.testing.assert_allclose(got[i], reference(qi, ki, vi, 1 / np.sqrt(8), True), rtol=1e-12)
     jaxpr = jax.make_jaxpr(jax.vmap(fn, in_axes=in_axes))(*args)
-    assert sum(e.primitive.name == "oxijax_attention" for e in jaxpr.eqns) == 1
+    # One kernel call (inside the custom_vjp that makes attention differentiable).
+    assert str(jaxpr).count("= oxijax_attention[") == 1
 
 
 def test_long_sequence_many_key_blocks():

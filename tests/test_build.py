@@ -12,6 +12,7 @@ import oxijax
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ["unary", "binary", "reduce", "gemm", "conv2d", "attention"]
+OPS += ["attention_backward"]
 
 
 def test_every_op_is_registered_on_cpu():

@@ -21,7 +21,7 @@ def test_check_passes_every_op():
     lines = result.stdout.splitlines()
     for op in ("unary exp", "binary add", "reduce sum axis 0", "gemm", "conv2d 3x3 pad 1", "attention causal"):
         assert any(line.strip().startswith(op) and line.rstrip().endswith("ok") for line in lines), op
-    assert lines[-1] == "28 passed, 0 failed"
+    assert lines[-1] == "32 passed, 0 failed"
 
 
 def test_bench_writes_json(tmp_path, monkeypatch):

@@ -233,4 +233,19 @@ ffi::Error check_attention(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
   return ffi::Error::Success();
 }
 
+ffi::Error check_attention_backward(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
+                                    const ffi::AnyBuffer& v, const ffi::AnyBuffer& out,
+                                    const ffi::AnyBuffer& lse, const ffi::AnyBuffer& dout,
+                                    const ffi::AnyBuffer& dq, const ffi::AnyBuffer& dk,
+                                    const ffi::AnyBuffer& dv, double scale, bool causal,
+                                    AttentionShape& s) {
+  if (auto err = check_attention(q, k, v, out, lse, scale, causal, s); err.failure()) return err;
+  if (auto err = same_dtype({&q, &dout, &dq, &dk, &dv}); err.failure()) return err;
+  const auto q_dims = dims_of(q), k_dims = dims_of(k);
+  if (auto err = expect_dims("attention output cotangent", dout, q_dims); err.failure()) return err;
+  if (auto err = expect_dims("attention dq", dq, q_dims); err.failure()) return err;
+  if (auto err = expect_dims("attention dk", dk, k_dims); err.failure()) return err;
+  return expect_dims("attention dv", dv, k_dims);
+}
+
 }  // namespace oxijax::bindings

@@ -37,4 +37,13 @@ ffi::Error check_attention(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
                                              const ffi::AnyBuffer& v, const ffi::AnyBuffer& out,
                                              const ffi::AnyBuffer& lse, double scale, bool causal, AttentionShape& s);
 
+// The forward's operands and results (as check_attention), the output's cotangent and
+// the gradients dq, dk, dv.
+ffi::Error check_attention_backward(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
+                                    const ffi::AnyBuffer& v, const ffi::AnyBuffer& out,
+                                    const ffi::AnyBuffer& lse, const ffi::AnyBuffer& dout,
+                                    const ffi::AnyBuffer& dq, const ffi::AnyBuffer& dk,
+                                    const ffi::AnyBuffer& dv, double scale, bool causal,
+                                    AttentionShape& s);
+
 }  // namespace oxijax::bindings

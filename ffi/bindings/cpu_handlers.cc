@@ -98,6 +98,25 @@ ffi::Error AttentionImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer 
   });
 }
 
+ffi::Error AttentionBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                                 ffi::AnyBuffer v, ffi::AnyBuffer out, ffi::AnyBuffer lse,
+                                 ffi::AnyBuffer dout, ffi::Result<ffi::AnyBuffer> dq,
+                                 ffi::Result<ffi::AnyBuffer> dk, ffi::Result<ffi::AnyBuffer> dv,
+                                 double scale, bool causal) {
+  AttentionShape shape;
+  if (auto err = check_attention_backward(q, k, v, out, lse, dout, *dq, *dk, *dv, scale, causal,
+                                          shape);
+      err.failure())
+    return err;
+  return dispatch_float(q.element_type(), [&](auto t) {
+    using T = decltype(t);
+    cpu::attention_backward(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
+                            typed<T>(out), typed<Acc<T>>(lse), typed<T>(dout), typed<T>(dq),
+                            typed<T>(dk), typed<T>(dv));
+    return ffi::Error::Success();
+  });
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary, UnaryImpl,
@@ -153,6 +172,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention, AttentionImpl,
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
+                                  .Attr<double>("scale")
+                                  .Attr<bool>("causal"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention_backward, AttentionBackwardImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // q
+                                  .Arg<ffi::AnyBuffer>()  // k
+                                  .Arg<ffi::AnyBuffer>()  // v
+                                  .Arg<ffi::AnyBuffer>()  // out
+                                  .Arg<ffi::AnyBuffer>()  // lse
+                                  .Arg<ffi::AnyBuffer>()  // dout
+                                  .Ret<ffi::AnyBuffer>()  // dq
+                                  .Ret<ffi::AnyBuffer>()  // dk
+                                  .Ret<ffi::AnyBuffer>()  // dv
                                   .Attr<double>("scale")
                                   .Attr<bool>("causal"));
 

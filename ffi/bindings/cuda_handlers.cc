@@ -107,6 +107,35 @@ ffi::Error AttentionImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k
   });
 }
 
+ffi::Error AttentionBackwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                                 ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
+                                 ffi::AnyBuffer out, ffi::AnyBuffer lse, ffi::AnyBuffer dout,
+                                 ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
+                                 ffi::Result<ffi::AnyBuffer> dv, double scale, bool causal) {
+  AttentionShape shape;
+  if (auto err = check_attention_backward(q, k, v, out, lse, dout, *dq, *dk, *dv, scale, causal,
+                                          shape);
+      err.failure())
+    return err;
+  const size_t bytes =
+      cuda::attention_backward_workspace_bytes(shape, ffi::ByteWidth(q.element_type()));
+  void* workspace = nullptr;
+  if (bytes > 0) {
+    std::optional<void*> allocated = scratch.Allocate(bytes, 256);
+    if (!allocated)
+      return ffi::Error::Internal("oxijax: no scratch memory for the attention backward workspace");
+    workspace = *allocated;
+  }
+  return dispatch_float(q.element_type(), [&](auto t) {
+    using T = decltype(t);
+    return launched(cuda::attention_backward(stream, shape, typed<T>(q), typed<T>(k),
+                                             typed<T>(v), typed<T>(out), typed<Acc<T>>(lse),
+                                             typed<T>(dout), typed<T>(dq), typed<T>(dk),
+                                             typed<T>(dv), workspace),
+                    "attention backward");
+  });
+}
+
 }  // namespace
 
 // Handlers that only launch kernels are command-buffer (CUDA graph) compatible; reduce
@@ -172,5 +201,22 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, AttentionImpl,
                                   .Attr<double>("scale")
                                   .Attr<bool>("causal"),
                               {ffi::Traits::kCmdBufferCompatible});
+
+// Not command-buffer compatible: it takes scratch memory, like reduce.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_backward, AttentionBackwardImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Arg<ffi::AnyBuffer>()  // q
+                                  .Arg<ffi::AnyBuffer>()  // k
+                                  .Arg<ffi::AnyBuffer>()  // v
+                                  .Arg<ffi::AnyBuffer>()  // out
+                                  .Arg<ffi::AnyBuffer>()  // lse
+                                  .Arg<ffi::AnyBuffer>()  // dout
+                                  .Ret<ffi::AnyBuffer>()  // dq
+                                  .Ret<ffi::AnyBuffer>()  // dk
+                                  .Ret<ffi::AnyBuffer>()  // dv
+                                  .Attr<double>("scale")
+                                  .Attr<bool>("causal"));
 
 }  // namespace oxijax::bindings

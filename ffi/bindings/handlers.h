@@ -10,7 +10,8 @@
   XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_reduce);            \
   XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_gemm);              \
   XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_conv2d);            \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_attention);
+  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_attention);        \
+  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_attention_backward);
 
 namespace oxijax::bindings {
 OXIJAX_DECLARE_HANDLERS(Cpu)

@@ -36,6 +36,13 @@ template <typename T>
 void attention(const Parallel& par, const AttentionShape& shape, const T* q, const T* k,
                const T* v, T* out, Acc<T>* lse);
 
+// Gradients of attention from the forward's out and lse and the output's cotangent
+// dout: dq like q, dk and dv like k (FlashAttention-2 backward, O(S) scratch).
+template <typename T>
+void attention_backward(const Parallel& par, const AttentionShape& shape, const T* q,
+                        const T* k, const T* v, const T* out, const Acc<T>* lse,
+                        const T* dout, T* dq, T* dk, T* dv);
+
 #define OXIJAX_FOR_EACH_DTYPE(X) X(half) X(bfloat16) X(float) X(double)
 
 }  // namespace oxijax::cpu

@@ -44,4 +44,14 @@ template <typename T>
 cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T* q, const T* k,
                       const T* v, T* out, Acc<T>* lse);
 
+// Attention gradients (FlashAttention-2 backward): dq like q, dk and dv like k, from the
+// forward's out and lse and the output cotangent dout. Needs a device workspace of
+// attention_backward_workspace_bytes (float32 / float64 dQ accumulator and per-row
+// delta), 256-byte aligned.
+size_t attention_backward_workspace_bytes(const AttentionShape& shape, size_t element_bytes);
+template <typename T>
+cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape, const T* q,
+                               const T* k, const T* v, const T* out, const Acc<T>* lse,
+                               const T* dout, T* dq, T* dk, T* dv, void* workspace);
+
 }  // namespace oxijax::cuda

@@ -30,6 +30,8 @@ nb::capsule handler_capsule(Fn* fn) {
     targets["oxijax_gemm"] = handler_capsule(bindings::platform##_gemm);           \
     targets["oxijax_conv2d"] = handler_capsule(bindings::platform##_conv2d);       \
     targets["oxijax_attention"] = handler_capsule(bindings::platform##_attention); \
+    targets["oxijax_attention_backward"] =                              \
+        handler_capsule(bindings::platform##_attention_backward);       \
     return targets;                                                     \
   }()
 
