@@ -37,10 +37,11 @@ cd tests
 # pytest-xdist (on the GPU image) spreads the many small, compile-bound tests over workers.
 parallel=()
 python -c "import xdist" 2>/dev/null && parallel=(-n 8)
-step info 20 python -m oxijax info
+step info 15 python -m oxijax info
 # Every test that takes the `gpu` fixture carries the `gpu` marker (tests/conftest.py).
-step gpu_tests 150 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. -m gpu . test_build.py
-step bench 100 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
+step build_tests 15 python -m pytest -q -p no:cacheprovider --rootdir=. test_build.py
+step gpu_tests 150 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. -m gpu .
+step bench 90 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
 step check 20 python -m oxijax check
 left=$((470 - SECONDS))
 if [ "$left" -gt 10 ]; then
