@@ -31,6 +31,17 @@ nb::capsule handler_capsule(Fn* fn) {
     return targets;                                                     \
   }()
 
+// Adds the backward passes' targets (autodiff) to a platform's dict.
+#define OXIJAX_ADD_BACKWARD_HANDLERS(dict_item, platform)                                       \
+  [](nb::dict targets) {                                                                        \
+    targets["oxijax_unary_grad"] = handler_capsule(bindings::platform##_unary_grad);            \
+    targets["oxijax_binary_partial"] = handler_capsule(bindings::platform##_binary_partial);    \
+    targets["oxijax_conv2d_backward_data"] =                                                    \
+        handler_capsule(bindings::platform##_conv2d_backward_data);                             \
+    targets["oxijax_conv2d_backward_filter"] =                                                  \
+        handler_capsule(bindings::platform##_conv2d_backward_filter);                           \
+  }(nb::cast<nb::dict>(dict_item))
+
 }  // namespace
 
 NB_MODULE(_oxijax, m) {
@@ -39,8 +50,10 @@ NB_MODULE(_oxijax, m) {
   m.def("registrations", [] {
     nb::dict by_platform;
     by_platform["cpu"] = OXIJAX_HANDLER_DICT(Cpu);
+    OXIJAX_ADD_BACKWARD_HANDLERS(by_platform["cpu"], Cpu);
 #ifdef OXIJAX_WITH_CUDA
     by_platform["CUDA"] = OXIJAX_HANDLER_DICT(Cuda);
+    OXIJAX_ADD_BACKWARD_HANDLERS(by_platform["CUDA"], Cuda);
 #endif
     return by_platform;
   }, "FFI handler capsules, keyed by platform and then by target name.");
