@@ -257,15 +257,27 @@ ffi::Error check_binary_partial(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b
 ffi::Error check_conv2d_backward_data(const ffi::AnyBuffer& dy, const ffi::AnyBuffer& w,
                                       const ffi::AnyBuffer& dx, int64_t stride_h,
                                       int64_t stride_w, int64_t pad_h, int64_t pad_w,
-                                      ConvShape& s) {
-  return check_conv2d(dx, w, dy, stride_h, stride_w, pad_h, pad_w, s);
+                                      int64_t input_h, int64_t input_w, ConvShape& s) {
+  if (auto err = check_conv2d(dx, w, dy, stride_h, stride_w, pad_h, pad_w, s); err.failure())
+    return err;
+  if (s.h != input_h || s.w != input_w)
+    return invalid("conv2d backward_data result is " + std::to_string(s.h) + "x" +
+                   std::to_string(s.w) + ", expected input_h x input_w " +
+                   std::to_string(input_h) + "x" + std::to_string(input_w));
+  return ffi::Error::Success();
 }
 
 ffi::Error check_conv2d_backward_filter(const ffi::AnyBuffer& x, const ffi::AnyBuffer& dy,
                                         const ffi::AnyBuffer& dw, int64_t stride_h,
                                         int64_t stride_w, int64_t pad_h, int64_t pad_w,
-                                        ConvShape& s) {
-  return check_conv2d(x, dw, dy, stride_h, stride_w, pad_h, pad_w, s);
+                                        int64_t filter_h, int64_t filter_w, ConvShape& s) {
+  if (auto err = check_conv2d(x, dw, dy, stride_h, stride_w, pad_h, pad_w, s); err.failure())
+    return err;
+  if (s.r != filter_h || s.s != filter_w)
+    return invalid("conv2d backward_filter result is " + std::to_string(s.r) + "x" +
+                   std::to_string(s.s) + ", expected filter_h x filter_w " +
+                   std::to_string(filter_h) + "x" + std::to_string(filter_w));
+  return ffi::Error::Success();
 }
 
 }  // namespace oxijax::bindings

@@ -44,14 +44,15 @@ ffi::Error check_unary_grad(const ffi::AnyBuffer& x, const ffi::AnyBuffer& t,
 ffi::Error check_binary_partial(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
                                 const ffi::AnyBuffer& out, BinaryOp op, BroadcastShape& shape);
 // conv2d backward: dy [G, N, K, P, Q] must be the forward result of dx (data) or x
-// (filter) [G, N, C, H, W] with w or dw [G, K, C, R, S]; s describes the forward problem.
+// (filter) [G, N, C, H, W] with w or dw [G, K, C, R, S], whose H, W (R, S) are given
+// again as attributes; s describes the forward problem.
 ffi::Error check_conv2d_backward_data(const ffi::AnyBuffer& dy, const ffi::AnyBuffer& w,
                                       const ffi::AnyBuffer& dx, int64_t stride_h,
                                       int64_t stride_w, int64_t pad_h, int64_t pad_w,
-                                      ConvShape& s);
+                                      int64_t input_h, int64_t input_w, ConvShape& s);
 ffi::Error check_conv2d_backward_filter(const ffi::AnyBuffer& x, const ffi::AnyBuffer& dy,
                                         const ffi::AnyBuffer& dw, int64_t stride_h,
                                         int64_t stride_w, int64_t pad_h, int64_t pad_w,
-                                        ConvShape& s);
+                                        int64_t filter_h, int64_t filter_w, ConvShape& s);
 
 }  // namespace oxijax::bindings

@@ -184,9 +184,11 @@ ffi::Error BinaryPartialImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuf
 
 ffi::Error Conv2dBackwardDataImpl(ffi::ThreadPool pool, ffi::AnyBuffer dy, ffi::AnyBuffer w,
                                   ffi::Result<ffi::AnyBuffer> dx, int64_t stride_h,
-                                  int64_t stride_w, int64_t pad_h, int64_t pad_w) {
+                                  int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                  int64_t input_h, int64_t input_w) {
   ConvShape shape;
-  if (auto err = check_conv2d_backward_data(dy, w, *dx, stride_h, stride_w, pad_h, pad_w, shape);
+  if (auto err = check_conv2d_backward_data(dy, w, *dx, stride_h, stride_w, pad_h, pad_w,
+                                            input_h, input_w, shape);
       err.failure())
     return err;
   return dispatch_float(dy.element_type(), [&](auto tag) {
@@ -198,9 +200,11 @@ ffi::Error Conv2dBackwardDataImpl(ffi::ThreadPool pool, ffi::AnyBuffer dy, ffi::
 
 ffi::Error Conv2dBackwardFilterImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer dy,
                                     ffi::Result<ffi::AnyBuffer> dw, int64_t stride_h,
-                                    int64_t stride_w, int64_t pad_h, int64_t pad_w) {
+                                    int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                    int64_t filter_h, int64_t filter_w) {
   ConvShape shape;
-  if (auto err = check_conv2d_backward_filter(x, dy, *dw, stride_h, stride_w, pad_h, pad_w, shape);
+  if (auto err = check_conv2d_backward_filter(x, dy, *dw, stride_h, stride_w, pad_h, pad_w,
+                                              filter_h, filter_w, shape);
       err.failure())
     return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
@@ -228,7 +232,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary_partial, BinaryPartialImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<BinaryOp>("op"));
 
-#define OXIJAX_CONV_BACKWARD_HANDLER(name, impl)                     \
+#define OXIJAX_CONV_BACKWARD_HANDLER(name, impl, size_h, size_w)     \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(name, impl,                          \
                                 ffi::Ffi::Bind()                     \
                                     .Ctx<ffi::ThreadPool>()          \
@@ -238,9 +242,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary_partial, BinaryPartialImpl,
                                     .Attr<int64_t>("stride_h")       \
                                     .Attr<int64_t>("stride_w")       \
                                     .Attr<int64_t>("pad_h")          \
-                                    .Attr<int64_t>("pad_w"));
-OXIJAX_CONV_BACKWARD_HANDLER(Cpu_conv2d_backward_data, Conv2dBackwardDataImpl)
-OXIJAX_CONV_BACKWARD_HANDLER(Cpu_conv2d_backward_filter, Conv2dBackwardFilterImpl)
+                                    .Attr<int64_t>("pad_w")          \
+                                    .Attr<int64_t>(size_h)           \
+                                    .Attr<int64_t>(size_w));
+OXIJAX_CONV_BACKWARD_HANDLER(Cpu_conv2d_backward_data, Conv2dBackwardDataImpl, "input_h", "input_w")
+OXIJAX_CONV_BACKWARD_HANDLER(Cpu_conv2d_backward_filter, Conv2dBackwardFilterImpl, "filter_h",
+                             "filter_w")
 #undef OXIJAX_CONV_BACKWARD_HANDLER
 
 }  // namespace oxijax::bindings
