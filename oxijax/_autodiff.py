@@ -31,7 +31,7 @@ def shape_of(x) -> tuple[int, ...]:
 
 def zero_tangent(primal) -> Zero:
     """A symbolic zero tangent for a primal value."""
-    return Zero(jax.core.get_aval(primal).to_tangent_aval())
+    return Zero(jax.typeof(primal).to_tangent_aval())
 
 
 def sum_terms(terms):
