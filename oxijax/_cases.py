@@ -62,6 +62,16 @@ def _conv_xla(x, w, stride=(1, 1), padding=(1, 1)):
     return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding])
 
 
+def _fwd_bwd(conv):
+    """conv's result and its input and filter gradients for the cotangent y (the loss
+    |y|^2 / 2), flattened into one array so that `check` compares all three."""
+    def fn(x, w):
+        y, vjp = jax.vjp(conv, x, w)
+        dx, dw = vjp(y)
+        return jnp.concatenate([y.ravel(), dx.ravel(), dw.ravel()])
+    return fn
+
+
 @dataclasses.dataclass(frozen=True)
 class Sizes:
     elements: int               # unary / binary / reduce-all
@@ -117,6 +127,10 @@ def cases(size: str) -> list[Case]:
         Case("conv2d 3x3 pad 1", f"{n}x{c}x{h}x{w} * {k}x{c}x3x3",
              lambda t: (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1)),
              lambda x, wt: oxijax.conv2d(x, wt, padding=1), _conv_xla, flops=conv_flops),
+        Case("conv2d 3x3 fwd+bwd", f"{n}x{c}x{h}x{w} * {k}x{c}x3x3",
+             lambda t: (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1)),
+             _fwd_bwd(lambda x, wt: oxijax.conv2d(x, wt, padding=1)), _fwd_bwd(_conv_xla),
+             flops=3 * conv_flops),
         Case("attention", f"B{b} H{heads} S{s} D{d}",
              lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),
              oxijax.attention, _bhsd_attention, flops=att_flops, reference_fn=_attention_jnp,

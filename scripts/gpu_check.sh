@@ -38,7 +38,7 @@ cd tests
 parallel=()
 python -c "import xdist" 2>/dev/null && parallel=(-n 8)
 step info 20 python -m oxijax info
-step gpu_tests 120 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. test_gpu.py test_build.py
+step gpu_tests 120 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. test_gpu.py test_build.py test_grad.py::test_gpu_grads
 step bench 100 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
 step check 20 python -m oxijax check
 left=$((470 - SECONDS))
