@@ -65,3 +65,6 @@ __all__ = [
     "tanh",
     "unary",
 ]
+
+# Differentiation rules (jvp and transpose) of every op above.
+from oxijax import _conv2d_grad, _elementwise_grad, _gemm_grad, _reduce_grad  # noqa: E402, F401

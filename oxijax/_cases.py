@@ -58,25 +58,26 @@ def _attention_jnp(q, k, v, causal=False):
     return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
 
 
-def _fwd_bwd(attention_fn: Callable) -> Callable:
-    """(q, k, v, dout) -> the gradients of attention_fn at q, k, v for the output
-    cotangent dout: one forward and one backward pass."""
-    def fn(q, k, v, dout):
-        return jax.vjp(attention_fn, q, k, v)[1](dout)
+def _fwd_bwd(op: Callable) -> Callable:
+    """op's result and the gradients of |result|^2 / 2 for every input (one forward and
+    one backward pass), flattened into one array so that `check` compares them all."""
+    def fn(*args):
+        y, vjp = jax.vjp(op, *args)
+        return jnp.concatenate([y.ravel(), *(g.ravel() for g in vjp(y))])
     return fn
 
 
 def _fwd_bwd_cases(b, heads, s, d) -> list[Case]:
     """Attention forward + backward against jax.nn.dot_product_attention's (XLA, cuDNN)."""
     def make(t):
-        return tuple(_normal((b, heads, s, d), t, i) for i in range(4))
+        return tuple(_normal((b, heads, s, d), t, i) for i in range(3))
 
     flops = 3.5 * 4.0 * b * heads * s * s * d  # the backward is 5 products to the forward's 2
     return [
         Case(f"attention{' causal' * causal} fwd+bwd", f"B{b} H{heads} S{s} D{d}", make,
              _fwd_bwd(lambda q, k, v, c=causal: oxijax.attention(q, k, v, causal=c)),
              _fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c)),
-             flops=flops / (2 if causal else 1),
+             flops=flops / (2 if causal else 1), bytes_moved=8 * b * heads * s * d,
              reference_fn=_fwd_bwd(lambda q, k, v, c=causal: _attention_jnp(q, k, v, c)),
              baselines=(("cuDNN", _fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c, "cudnn"))),))
         for causal in (False, True)
@@ -146,6 +147,10 @@ def cases(size: str) -> list[Case]:
              lambda t: (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1)),
              lambda x, wt: oxijax.conv2d(x, wt, padding=1), _conv_xla, flops=conv_flops,
              bytes_moved=n * c * h * w + k * c * 9 + n * k * h * w),
+        Case("conv2d 3x3 fwd+bwd", f"{n}x{c}x{h}x{w} * {k}x{c}x3x3",
+             lambda t: (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1)),
+             _fwd_bwd(lambda x, wt: oxijax.conv2d(x, wt, padding=1)), _fwd_bwd(_conv_xla),
+             flops=3 * conv_flops, bytes_moved=3 * (n * c * h * w + k * c * 9 + n * k * h * w)),
         Case("attention", f"B{b} H{heads} S{s} D{d}",
              lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),
              oxijax.attention, _bhsd_attention, flops=att_flops, bytes_moved=att_bytes,

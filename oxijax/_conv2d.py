@@ -88,4 +88,5 @@ def conv2d(
     if 0 in out_shape or c == 0 or r == 0 or s == 0:
         return jnp.zeros(out_shape, dtype)
     params = dict(stride_h=stride_h, stride_w=stride_w, pad_h=pad_h, pad_w=pad_w)
-    return conv2d_p.bind(x[None], w[None], **params)[0]
+    # reshape, not x[None]: its transpose under grad is a reshape, not a (trivial) XLA sum
+    return conv2d_p.bind(x.reshape(1, *x.shape), w.reshape(1, *w.shape), **params)[0]

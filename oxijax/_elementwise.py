@@ -44,8 +44,8 @@ def _binary_abstract_eval(a, b, *, op):
     return jax.core.ShapedArray(np.broadcast_shapes(a.shape, b.shape), a.dtype)
 
 
-def _binary_batching(args, dims, *, op):
-    a, b = args
+def lift_batch(args, dims):
+    """Two NumPy-broadcasting operands with vmap's axis in front (size 1 where unbatched)."""
     size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
     # Logical (unbatched) rank of the result; both operands become [batch, 1.., *shape].
     ranks = [x.ndim - (d is not None) for x, d in zip(args, dims)]
@@ -57,7 +57,11 @@ def _binary_batching(args, dims, *, op):
         else:
             x = jnp.moveaxis(x, d, 0)
             lifted.append(x.reshape((size,) + (1,) * (out_rank - r) + x.shape[1:]))
-    return binary_p.bind(*lifted, op=op), 0
+    return lifted
+
+
+def _binary_batching(args, dims, *, op):
+    return binary_p.bind(*lift_batch(args, dims), op=op), 0
 
 
 binary_p = _primitive.define(

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+from oxijax import _cases
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "oxijax", *args], capture_output=True, text=True)
@@ -21,7 +23,8 @@ def test_check_passes_every_op():
     lines = result.stdout.splitlines()
     for op in ("unary exp", "binary add", "reduce sum axis 0", "gemm", "conv2d 3x3 pad 1", "attention causal"):
         assert any(line.strip().startswith(op) and line.rstrip().endswith("ok") for line in lines), op
-    assert lines[-1] == "32 passed, 0 failed"
+    # every case of the check (fwd+bwd cases included), in both dtypes
+    assert lines[-1] == f"{2 * len(_cases.cases('small'))} passed, 0 failed"
 
 
 def test_bench_writes_json(tmp_path, monkeypatch):

@@ -248,4 +248,51 @@ ffi::Error check_attention_backward(const ffi::AnyBuffer& q, const ffi::AnyBuffe
   return expect_dims("attention dv", dv, k_dims);
 }
 
+// ---------------------------------------------------------------- backward kernels
+
+ffi::Error check_unary_grad(const ffi::AnyBuffer& x, const ffi::AnyBuffer& t,
+                            const ffi::AnyBuffer& out, UnaryOp op, int64_t& count) {
+  if (!in_range(op, kNumUnaryOps)) return invalid("unknown unary op code");
+  if (auto err = same_dtype({&x, &t, &out}); err.failure()) return err;
+  if (auto err = expect_dims("unary_grad tangent", t, dims_of(x)); err.failure()) return err;
+  if (auto err = expect_dims("unary_grad result", out, dims_of(x)); err.failure()) return err;
+  count = static_cast<int64_t>(x.element_count());
+  return ffi::Error::Success();
+}
+
+ffi::Error check_binary_partial(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                                const ffi::AnyBuffer& out, BinaryOp op, BroadcastShape& shape) {
+  if (op != BinaryOp::MAX && op != BinaryOp::MIN)
+    return invalid("binary_partial is defined for max and min only");
+  return check_binary(a, b, out, op, shape);
+}
+
+// The backward passes are checked as the forward problem they belong to: dy must be
+// what conv2d makes of (dx or x) and (w or dw).
+ffi::Error check_conv2d_backward_data(const ffi::AnyBuffer& dy, const ffi::AnyBuffer& w,
+                                      const ffi::AnyBuffer& dx, int64_t stride_h,
+                                      int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                      int64_t input_h, int64_t input_w, ConvShape& s) {
+  if (auto err = check_conv2d(dx, w, dy, stride_h, stride_w, pad_h, pad_w, s); err.failure())
+    return err;
+  if (s.h != input_h || s.w != input_w)
+    return invalid("conv2d backward_data result is " + std::to_string(s.h) + "x" +
+                   std::to_string(s.w) + ", expected input_h x input_w " +
+                   std::to_string(input_h) + "x" + std::to_string(input_w));
+  return ffi::Error::Success();
+}
+
+ffi::Error check_conv2d_backward_filter(const ffi::AnyBuffer& x, const ffi::AnyBuffer& dy,
+                                        const ffi::AnyBuffer& dw, int64_t stride_h,
+                                        int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                        int64_t filter_h, int64_t filter_w, ConvShape& s) {
+  if (auto err = check_conv2d(x, dw, dy, stride_h, stride_w, pad_h, pad_w, s); err.failure())
+    return err;
+  if (s.r != filter_h || s.s != filter_w)
+    return invalid("conv2d backward_filter result is " + std::to_string(s.r) + "x" +
+                   std::to_string(s.s) + ", expected filter_h x filter_w " +
+                   std::to_string(filter_h) + "x" + std::to_string(filter_w));
+  return ffi::Error::Success();
+}
+
 }  // namespace oxijax::bindings

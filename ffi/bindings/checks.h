@@ -45,5 +45,22 @@ ffi::Error check_attention_backward(const ffi::AnyBuffer& q, const ffi::AnyBuffe
                                     const ffi::AnyBuffer& dq, const ffi::AnyBuffer& dk,
                                     const ffi::AnyBuffer& dv, double scale, bool causal,
                                     AttentionShape& s);
+// Backward kernels. unary_grad: x, t and out share one shape.
+ffi::Error check_unary_grad(const ffi::AnyBuffer& x, const ffi::AnyBuffer& t,
+                            const ffi::AnyBuffer& out, UnaryOp op, int64_t& count);
+// binary_partial: op is MAX or MIN; operands broadcast as in binary.
+ffi::Error check_binary_partial(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                                const ffi::AnyBuffer& out, BinaryOp op, BroadcastShape& shape);
+// conv2d backward: dy [G, N, K, P, Q] must be the forward result of dx (data) or x
+// (filter) [G, N, C, H, W] with w or dw [G, K, C, R, S], whose H, W (R, S) are given
+// again as attributes; s describes the forward problem.
+ffi::Error check_conv2d_backward_data(const ffi::AnyBuffer& dy, const ffi::AnyBuffer& w,
+                                      const ffi::AnyBuffer& dx, int64_t stride_h,
+                                      int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                      int64_t input_h, int64_t input_w, ConvShape& s);
+ffi::Error check_conv2d_backward_filter(const ffi::AnyBuffer& x, const ffi::AnyBuffer& dy,
+                                        const ffi::AnyBuffer& dw, int64_t stride_h,
+                                        int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                        int64_t filter_h, int64_t filter_w, ConvShape& s);
 
 }  // namespace oxijax::bindings

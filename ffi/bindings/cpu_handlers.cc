@@ -190,4 +190,98 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention_backward, AttentionBackwardImpl,
                                   .Attr<double>("scale")
                                   .Attr<bool>("causal"));
 
+// ---------------------------------------------------------------- backward passes
+
+namespace {
+
+ffi::Error UnaryGradImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer t,
+                         ffi::Result<ffi::AnyBuffer> out, UnaryOp op) {
+  int64_t n;
+  if (auto err = check_unary_grad(x, t, *out, op, n); err.failure()) return err;
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::unary_grad(parallel_on(pool), op, typed<T>(x), typed<T>(t), typed<T>(out), n);
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error BinaryPartialImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                             ffi::Result<ffi::AnyBuffer> out, BinaryOp op) {
+  BroadcastShape shape;
+  if (auto err = check_binary_partial(a, b, *out, op, shape); err.failure()) return err;
+  return dispatch_float(a.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::binary_partial(parallel_on(pool), op, shape, typed<T>(a), typed<T>(b), typed<T>(out));
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error Conv2dBackwardDataImpl(ffi::ThreadPool pool, ffi::AnyBuffer dy, ffi::AnyBuffer w,
+                                  ffi::Result<ffi::AnyBuffer> dx, int64_t stride_h,
+                                  int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                  int64_t input_h, int64_t input_w) {
+  ConvShape shape;
+  if (auto err = check_conv2d_backward_data(dy, w, *dx, stride_h, stride_w, pad_h, pad_w,
+                                            input_h, input_w, shape);
+      err.failure())
+    return err;
+  return dispatch_float(dy.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::conv2d_backward_data(parallel_on(pool), shape, typed<T>(dy), typed<T>(w), typed<T>(dx));
+    return ffi::Error::Success();
+  });
+}
+
+ffi::Error Conv2dBackwardFilterImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer dy,
+                                    ffi::Result<ffi::AnyBuffer> dw, int64_t stride_h,
+                                    int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                    int64_t filter_h, int64_t filter_w) {
+  ConvShape shape;
+  if (auto err = check_conv2d_backward_filter(x, dy, *dw, stride_h, stride_w, pad_h, pad_w,
+                                              filter_h, filter_w, shape);
+      err.failure())
+    return err;
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    cpu::conv2d_backward_filter(parallel_on(pool), shape, typed<T>(x), typed<T>(dy), typed<T>(dw));
+    return ffi::Error::Success();
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary_grad, UnaryGradImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<UnaryOp>("op"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary_partial, BinaryPartialImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<BinaryOp>("op"));
+
+#define OXIJAX_CONV_BACKWARD_HANDLER(name, impl, size_h, size_w)     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, impl,                          \
+                                ffi::Ffi::Bind()                     \
+                                    .Ctx<ffi::ThreadPool>()          \
+                                    .Arg<ffi::AnyBuffer>()           \
+                                    .Arg<ffi::AnyBuffer>()           \
+                                    .Ret<ffi::AnyBuffer>()           \
+                                    .Attr<int64_t>("stride_h")       \
+                                    .Attr<int64_t>("stride_w")       \
+                                    .Attr<int64_t>("pad_h")          \
+                                    .Attr<int64_t>("pad_w")          \
+                                    .Attr<int64_t>(size_h)           \
+                                    .Attr<int64_t>(size_w));
+OXIJAX_CONV_BACKWARD_HANDLER(Cpu_conv2d_backward_data, Conv2dBackwardDataImpl, "input_h", "input_w")
+OXIJAX_CONV_BACKWARD_HANDLER(Cpu_conv2d_backward_filter, Conv2dBackwardFilterImpl, "filter_h",
+                             "filter_w")
+#undef OXIJAX_CONV_BACKWARD_HANDLER
+
 }  // namespace oxijax::bindings

@@ -219,4 +219,124 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_backward, AttentionBackwardImpl,
                                   .Attr<double>("scale")
                                   .Attr<bool>("causal"));
 
+// ---------------------------------------------------------------- backward passes
+
+namespace {
+
+ffi::Error UnaryGradImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer t,
+                         ffi::Result<ffi::AnyBuffer> out, UnaryOp op) {
+  int64_t n;
+  if (auto err = check_unary_grad(x, t, *out, op, n); err.failure()) return err;
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    return launched(cuda::unary_grad(stream, op, typed<T>(x), typed<T>(t), typed<T>(out), n),
+                    "unary_grad");
+  });
+}
+
+ffi::Error BinaryPartialImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                             ffi::Result<ffi::AnyBuffer> out, BinaryOp op) {
+  BroadcastShape shape;
+  if (auto err = check_binary_partial(a, b, *out, op, shape); err.failure()) return err;
+  return dispatch_float(a.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    return launched(
+        cuda::binary_partial(stream, op, shape, typed<T>(a), typed<T>(b), typed<T>(out)),
+        "binary_partial");
+  });
+}
+
+ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
+                                  ffi::Result<ffi::AnyBuffer> dx, int64_t stride_h,
+                                  int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                  int64_t input_h, int64_t input_w) {
+  ConvShape shape;
+  if (auto err = check_conv2d_backward_data(dy, w, *dx, stride_h, stride_w, pad_h, pad_w,
+                                            input_h, input_w, shape);
+      err.failure())
+    return err;
+  return dispatch_float(dy.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    return launched(
+        cuda::conv2d_backward_data(stream, shape, typed<T>(dy), typed<T>(w), typed<T>(dx)),
+        "conv2d_backward_data");
+  });
+}
+
+ffi::Error Conv2dBackwardFilterImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                                    ffi::AnyBuffer x, ffi::AnyBuffer dy,
+                                    ffi::Result<ffi::AnyBuffer> dw, int64_t stride_h,
+                                    int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                                    int64_t filter_h, int64_t filter_w) {
+  ConvShape shape;
+  if (auto err = check_conv2d_backward_filter(x, dy, *dw, stride_h, stride_w, pad_h, pad_w,
+                                              filter_h, filter_w, shape);
+      err.failure())
+    return err;
+  const size_t bytes =
+      cuda::conv2d_backward_filter_workspace_bytes(shape, ffi::ByteWidth(x.element_type()));
+  void* workspace = nullptr;
+  if (bytes > 0) {
+    std::optional<void*> allocated = scratch.Allocate(bytes, 256);
+    if (!allocated)
+      return ffi::Error::Internal("oxijax: no scratch memory for the conv2d filter gradient");
+    workspace = *allocated;
+  }
+  return dispatch_float(x.element_type(), [&](auto tag) {
+    using T = decltype(tag);
+    return launched(cuda::conv2d_backward_filter(stream, shape, typed<T>(x), typed<T>(dy),
+                                                 typed<T>(dw), workspace),
+                    "conv2d_backward_filter");
+  });
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary_grad, UnaryGradImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<UnaryOp>("op"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary_partial, BinaryPartialImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<BinaryOp>("op"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, Conv2dBackwardDataImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("stride_h")
+                                  .Attr<int64_t>("stride_w")
+                                  .Attr<int64_t>("pad_h")
+                                  .Attr<int64_t>("pad_w")
+                                  .Attr<int64_t>("input_h")
+                                  .Attr<int64_t>("input_w"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+// Not command-buffer compatible: it may take scratch memory (as reduce).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_filter, Conv2dBackwardFilterImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("stride_h")
+                                  .Attr<int64_t>("stride_w")
+                                  .Attr<int64_t>("pad_h")
+                                  .Attr<int64_t>("pad_w")
+                                  .Attr<int64_t>("filter_h")
+                                  .Attr<int64_t>("filter_w"));
+
 }  // namespace oxijax::bindings

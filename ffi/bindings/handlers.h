@@ -1,21 +1,25 @@
-// The XLA FFI handler symbols, one per op and platform. The nanobind module hands
+// The XLA FFI handler symbols, one per target and platform. The nanobind module hands
 // them to Python, which registers them with jax.ffi.register_ffi_target.
 #pragma once
 
 #include "xla/ffi/api/api.h"
 
-#define OXIJAX_DECLARE_HANDLERS(platform)                       \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_unary);             \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_binary);            \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_reduce);            \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_gemm);              \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_conv2d);            \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_attention);        \
-  XLA_FFI_DECLARE_HANDLER_SYMBOL(platform##_attention_backward);
+// Every FFI target, as X(name): the handler of platform P is P_name, registered as
+// "oxijax_name". The forward ops, then their backward passes (autodiff).
+#define OXIJAX_FOR_EACH_TARGET(X)                                                     \
+  X(unary) X(binary) X(reduce) X(gemm) X(conv2d) X(attention)                        \
+  X(attention_backward) X(unary_grad) X(binary_partial) X(conv2d_backward_data)      \
+  X(conv2d_backward_filter)
+
+#define OXIJAX_DECLARE_CPU_HANDLER(name) XLA_FFI_DECLARE_HANDLER_SYMBOL(Cpu_##name);
+#define OXIJAX_DECLARE_CUDA_HANDLER(name) XLA_FFI_DECLARE_HANDLER_SYMBOL(Cuda_##name);
 
 namespace oxijax::bindings {
-OXIJAX_DECLARE_HANDLERS(Cpu)
+OXIJAX_FOR_EACH_TARGET(OXIJAX_DECLARE_CPU_HANDLER)
 #ifdef OXIJAX_WITH_CUDA
-OXIJAX_DECLARE_HANDLERS(Cuda)
+OXIJAX_FOR_EACH_TARGET(OXIJAX_DECLARE_CUDA_HANDLER)
 #endif
 }  // namespace oxijax::bindings
+
+#undef OXIJAX_DECLARE_CPU_HANDLER
+#undef OXIJAX_DECLARE_CUDA_HANDLER

@@ -150,10 +150,10 @@ struct NarrowBlock {
   }
 };
 
-template <typename T, BinaryOp op>
-void binary_op(const Parallel& par, const BroadcastShape& shape, const T* a, const T* b,
-               T* out) {
-  using F = Binary<op>;
+// out = F(a, b) with broadcasting, for any two-operand functor of oxijax/math.h.
+template <typename T, typename F>
+void binary_with(const Parallel& par, const BroadcastShape& shape, const T* a, const T* b,
+                 T* out) {
   const SimplifiedBroadcast s = simplify(shape);
   if (s.total == 0) return;
   const int rank = static_cast<int>(s.dims.size());
@@ -236,14 +236,38 @@ void binary(const Parallel& par, BinaryOp op, const BroadcastShape& shape, const
             const T* b, T* out) {
   switch (op) {
 #define OXIJAX_CASE(OP) \
-  case BinaryOp::OP: return binary_op<T, BinaryOp::OP>(par, shape, a, b, out);
+  case BinaryOp::OP: return binary_with<T, Binary<BinaryOp::OP>>(par, shape, a, b, out);
     OXIJAX_CASE(ADD) OXIJAX_CASE(SUB) OXIJAX_CASE(MUL) OXIJAX_CASE(DIV)
     OXIJAX_CASE(MAX) OXIJAX_CASE(MIN)
 #undef OXIJAX_CASE
   }
 }
 
+// The backward kernels reuse the binary loops: unary_grad is a same-shape binary op.
+template <typename T>
+void unary_grad(const Parallel& par, UnaryOp op, const T* x, const T* t, T* out, int64_t n) {
+  if (n <= 0) return;
+  const BroadcastShape flat{{n}, {1}, {1}};
+  switch (op) {
+#define OXIJAX_CASE(OP) \
+  case UnaryOp::OP: return binary_with<T, UnaryGrad<UnaryOp::OP>>(par, flat, x, t, out);
+    OXIJAX_CASE(RELU) OXIJAX_CASE(SIGMOID) OXIJAX_CASE(TANH) OXIJAX_CASE(EXP)
+    OXIJAX_CASE(LOG) OXIJAX_CASE(SQRT) OXIJAX_CASE(ABS) OXIJAX_CASE(NEG)
+#undef OXIJAX_CASE
+  }
+}
+
+template <typename T>
+void binary_partial(const Parallel& par, BinaryOp op, const BroadcastShape& shape, const T* a,
+                    const T* b, T* out) {
+  if (op == BinaryOp::MAX) return binary_with<T, BinaryPartial<BinaryOp::MAX>>(par, shape, a, b, out);
+  if (op == BinaryOp::MIN) return binary_with<T, BinaryPartial<BinaryOp::MIN>>(par, shape, a, b, out);
+}
+
 #define OXIJAX_INSTANTIATE(T)                                                       \
+  template void unary_grad<T>(const Parallel&, UnaryOp, const T*, const T*, T*, int64_t); \
+  template void binary_partial<T>(const Parallel&, BinaryOp, const BroadcastShape&,   \
+                                  const T*, const T*, T*);                          \
   template void unary<T>(const Parallel&, UnaryOp, const T*, T*, int64_t);          \
   template void binary<T>(const Parallel&, BinaryOp, const BroadcastShape&, const T*, \
                           const T*, T*);

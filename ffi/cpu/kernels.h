@@ -19,6 +19,15 @@ template <typename T>
 void binary(const Parallel& par, BinaryOp op, const BroadcastShape& shape,
             const T* a, const T* b, T* out);
 
+// Backward of unary: out = t * f'(x), all of n elements.
+template <typename T>
+void unary_grad(const Parallel& par, UnaryOp op, const T* x, const T* t, T* out, int64_t n);
+
+// d op(a, b) / da for op MAX or MIN (1, 1/2 on ties, 0), broadcast like binary.
+template <typename T>
+void binary_partial(const Parallel& par, BinaryOp op, const BroadcastShape& shape,
+                    const T* a, const T* b, T* out);
+
 template <typename T>
 void reduce(const Parallel& par, ReduceOp op, const ReduceShape& shape, const T* x, T* out);
 
@@ -42,6 +51,14 @@ template <typename T>
 void attention_backward(const Parallel& par, const AttentionShape& shape, const T* q,
                         const T* k, const T* v, const T* out, const Acc<T>* lse,
                         const T* dout, T* dq, T* dk, T* dv);
+// Backward of conv2d (shape describes the forward problem): dx from dy [G, N, K, P, Q]
+// and w, and dw from x and dy. Input pixels no output window reads get a zero gradient.
+template <typename T>
+void conv2d_backward_data(const Parallel& par, const ConvShape& shape, const T* dy, const T* w,
+                          T* dx);
+template <typename T>
+void conv2d_backward_filter(const Parallel& par, const ConvShape& shape, const T* x,
+                            const T* dy, T* dw);
 
 #define OXIJAX_FOR_EACH_DTYPE(X) X(half) X(bfloat16) X(float) X(double)
 

@@ -437,10 +437,10 @@ cudaError_t launch_outer_loop(cudaStream_t stream, const SimplifiedBroadcast& s,
   return cudaSuccess;
 }
 
-template <typename T, BinaryOp op>
-cudaError_t binary_op(cudaStream_t stream, const BroadcastShape& shape, const T* a, const T* b,
-                      T* out) {
-  using F = Binary<op>;
+// out = F(a, b) with broadcasting, for any two-operand functor of oxijax/math.h.
+template <typename T, typename F>
+cudaError_t binary_with(cudaStream_t stream, const BroadcastShape& shape, const T* a, const T* b,
+                        T* out) {
   const SimplifiedBroadcast s = simplify(shape);
   if (s.total <= 0) return cudaSuccess;
   const size_t rank = s.dims.size();
@@ -494,17 +494,46 @@ template <typename T>
 cudaError_t binary(cudaStream_t stream, BinaryOp op, const BroadcastShape& shape, const T* a,
                    const T* b, T* out) {
   switch (op) {
-    case BinaryOp::ADD: return binary_op<T, BinaryOp::ADD>(stream, shape, a, b, out);
-    case BinaryOp::SUB: return binary_op<T, BinaryOp::SUB>(stream, shape, a, b, out);
-    case BinaryOp::MUL: return binary_op<T, BinaryOp::MUL>(stream, shape, a, b, out);
-    case BinaryOp::DIV: return binary_op<T, BinaryOp::DIV>(stream, shape, a, b, out);
-    case BinaryOp::MAX: return binary_op<T, BinaryOp::MAX>(stream, shape, a, b, out);
-    case BinaryOp::MIN: return binary_op<T, BinaryOp::MIN>(stream, shape, a, b, out);
+    case BinaryOp::ADD: return binary_with<T, Binary<BinaryOp::ADD>>(stream, shape, a, b, out);
+    case BinaryOp::SUB: return binary_with<T, Binary<BinaryOp::SUB>>(stream, shape, a, b, out);
+    case BinaryOp::MUL: return binary_with<T, Binary<BinaryOp::MUL>>(stream, shape, a, b, out);
+    case BinaryOp::DIV: return binary_with<T, Binary<BinaryOp::DIV>>(stream, shape, a, b, out);
+    case BinaryOp::MAX: return binary_with<T, Binary<BinaryOp::MAX>>(stream, shape, a, b, out);
+    case BinaryOp::MIN: return binary_with<T, Binary<BinaryOp::MIN>>(stream, shape, a, b, out);
   }
   return cudaErrorInvalidValue;
 }
 
+// The backward kernels reuse the binary kernels: unary_grad is a same-shape binary op.
+template <typename T>
+cudaError_t unary_grad(cudaStream_t stream, UnaryOp op, const T* x, const T* t, T* out,
+                       int64_t n) {
+  if (n <= 0) return cudaSuccess;
+  const BroadcastShape flat{{n}, {1}, {1}};
+  switch (op) {
+#define OXIJAX_CASE(OP) \
+  case UnaryOp::OP: return binary_with<T, UnaryGrad<UnaryOp::OP>>(stream, flat, x, t, out);
+    OXIJAX_CASE(RELU) OXIJAX_CASE(SIGMOID) OXIJAX_CASE(TANH) OXIJAX_CASE(EXP)
+    OXIJAX_CASE(LOG) OXIJAX_CASE(SQRT) OXIJAX_CASE(ABS) OXIJAX_CASE(NEG)
+#undef OXIJAX_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t binary_partial(cudaStream_t stream, BinaryOp op, const BroadcastShape& shape,
+                           const T* a, const T* b, T* out) {
+  if (op == BinaryOp::MAX)
+    return binary_with<T, BinaryPartial<BinaryOp::MAX>>(stream, shape, a, b, out);
+  if (op == BinaryOp::MIN)
+    return binary_with<T, BinaryPartial<BinaryOp::MIN>>(stream, shape, a, b, out);
+  return cudaErrorInvalidValue;
+}
+
 #define OXIJAX_INSTANTIATE(T)                                                                  \
+  template cudaError_t unary_grad<T>(cudaStream_t, UnaryOp, const T*, const T*, T*, int64_t);  \
+  template cudaError_t binary_partial<T>(cudaStream_t, BinaryOp, const BroadcastShape&,        \
+                                         const T*, const T*, T*);                              \
   template cudaError_t unary<T>(cudaStream_t, UnaryOp, const T*, T*, int64_t);                 \
   template cudaError_t binary<T>(cudaStream_t, BinaryOp, const BroadcastShape&, const T*,      \
                                  const T*, T*);

@@ -53,5 +53,28 @@ template <typename T>
 cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape, const T* q,
                                const T* k, const T* v, const T* out, const Acc<T>* lse,
                                const T* dout, T* dq, T* dk, T* dv, void* workspace);
+// ---------------------------------------------------------------- backward passes
+
+// out = t * f'(x) over n elements.
+template <typename T>
+cudaError_t unary_grad(cudaStream_t stream, UnaryOp op, const T* x, const T* t, T* out,
+                       int64_t n);
+
+// d op(a, b) / da for op MAX or MIN, broadcast like binary.
+template <typename T>
+cudaError_t binary_partial(cudaStream_t stream, BinaryOp op, const BroadcastShape& shape,
+                           const T* a, const T* b, T* out);
+
+// conv2d's backward passes (shape describes the forward problem): dx from dy and w, dw
+// from x and dy. backward_filter may split its long reduction over blocks: it needs a
+// device workspace of conv2d_backward_filter_workspace_bytes (256-byte aligned; none
+// when 0).
+template <typename T>
+cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& shape, const T* dy,
+                                 const T* w, T* dx);
+size_t conv2d_backward_filter_workspace_bytes(const ConvShape& shape, size_t element_bytes);
+template <typename T>
+cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& shape, const T* x,
+                                   const T* dy, T* dw, void* workspace);
 
 }  // namespace oxijax::cuda

@@ -21,19 +21,25 @@ nb::capsule handler_capsule(Fn* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
 }
 
-#define OXIJAX_HANDLER_DICT(platform)                                   \
-  [] {                                                                  \
-    nb::dict targets;                                                   \
-    targets["oxijax_unary"] = handler_capsule(bindings::platform##_unary);         \
-    targets["oxijax_binary"] = handler_capsule(bindings::platform##_binary);       \
-    targets["oxijax_reduce"] = handler_capsule(bindings::platform##_reduce);       \
-    targets["oxijax_gemm"] = handler_capsule(bindings::platform##_gemm);           \
-    targets["oxijax_conv2d"] = handler_capsule(bindings::platform##_conv2d);       \
-    targets["oxijax_attention"] = handler_capsule(bindings::platform##_attention); \
-    targets["oxijax_attention_backward"] =                              \
-        handler_capsule(bindings::platform##_attention_backward);       \
-    return targets;                                                     \
-  }()
+// Target name -> handler capsule, for every target of one platform.
+#define OXIJAX_ADD_TARGET(platform, name) \
+  targets["oxijax_" #name] = handler_capsule(bindings::platform##_##name);
+#define OXIJAX_ADD_CPU_TARGET(name) OXIJAX_ADD_TARGET(Cpu, name)
+#define OXIJAX_ADD_CUDA_TARGET(name) OXIJAX_ADD_TARGET(Cuda, name)
+
+nb::dict cpu_targets() {
+  nb::dict targets;
+  OXIJAX_FOR_EACH_TARGET(OXIJAX_ADD_CPU_TARGET)
+  return targets;
+}
+
+#ifdef OXIJAX_WITH_CUDA
+nb::dict cuda_targets() {
+  nb::dict targets;
+  OXIJAX_FOR_EACH_TARGET(OXIJAX_ADD_CUDA_TARGET)
+  return targets;
+}
+#endif
 
 }  // namespace
 
@@ -42,9 +48,9 @@ NB_MODULE(_oxijax, m) {
 
   m.def("registrations", [] {
     nb::dict by_platform;
-    by_platform["cpu"] = OXIJAX_HANDLER_DICT(Cpu);
+    by_platform["cpu"] = cpu_targets();
 #ifdef OXIJAX_WITH_CUDA
-    by_platform["CUDA"] = OXIJAX_HANDLER_DICT(Cuda);
+    by_platform["CUDA"] = cuda_targets();
 #endif
     return by_platform;
   }, "FFI handler capsules, keyed by platform and then by target name.");

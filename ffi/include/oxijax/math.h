@@ -68,6 +68,62 @@ template <> struct Binary<BinaryOp::MIN> {
   template <typename A> OXIJAX_HD A operator()(A a, A b) const { return nan_min(a, b); }
 };
 
+// Derivatives for the backward passes, matching jax.grad of the jnp functions.
+// UnaryGrad<op>()(x, t) = t * f'(x), in the order of operations of JAX's own jvp rules:
+// relu'(0) = 0 and abs'(0) = 1 (JAX's choices), log'(0) = sqrt'(0) = inf.
+template <UnaryOp op> struct UnaryGrad;
+template <> struct UnaryGrad<UnaryOp::RELU> {
+  // Selects, never multiplies: an inf or NaN t is dropped where x <= 0 (or NaN), as in JAX.
+  template <typename A> OXIJAX_HD A operator()(A x, A t) const { return x > A(0) ? t : A(0); }
+};
+template <> struct UnaryGrad<UnaryOp::SIGMOID> {
+  template <typename A> OXIJAX_HD A operator()(A x, A t) const {
+    const A s = Unary<UnaryOp::SIGMOID>()(x);
+    return t * (s * (A(1) - s));
+  }
+};
+template <> struct UnaryGrad<UnaryOp::TANH> {
+  template <typename A> OXIJAX_HD A operator()(A x, A t) const {
+    using std::tanh;
+    const A y = tanh(x);
+    return (t + t * y) * (A(1) - y);
+  }
+};
+template <> struct UnaryGrad<UnaryOp::EXP> {
+  template <typename A> OXIJAX_HD A operator()(A x, A t) const { using std::exp; return t * exp(x); }
+};
+template <> struct UnaryGrad<UnaryOp::LOG> {
+  template <typename A> OXIJAX_HD A operator()(A x, A t) const { return t / x; }
+};
+template <> struct UnaryGrad<UnaryOp::SQRT> {
+  template <typename A> OXIJAX_HD A operator()(A x, A t) const {
+    using std::sqrt;
+    return t * (A(0.5) / sqrt(x));
+  }
+};
+template <> struct UnaryGrad<UnaryOp::ABS> {
+  template <typename A> OXIJAX_HD A operator()(A x, A t) const { return x >= A(0) ? t : -t; }
+};
+template <> struct UnaryGrad<UnaryOp::NEG> {
+  template <typename A> OXIJAX_HD A operator()(A, A t) const { return -t; }
+};
+
+// d max(a, b) / da (and likewise min) as JAX defines it: 1 where a alone is the result,
+// 1/2 each on a tie, 0 where b is the result or the result is NaN.
+template <BinaryOp op> struct BinaryPartial;
+template <> struct BinaryPartial<BinaryOp::MAX> {
+  template <typename A> OXIJAX_HD A operator()(A a, A b) const {
+    const A m = nan_max(a, b);
+    return A(a == m ? 1 : 0) / A(b == m ? 2 : 1);
+  }
+};
+template <> struct BinaryPartial<BinaryOp::MIN> {
+  template <typename A> OXIJAX_HD A operator()(A a, A b) const {
+    const A m = nan_min(a, b);
+    return A(a == m ? 1 : 0) / A(b == m ? 2 : 1);
+  }
+};
+
 // A reduction is an identity, an associative combine and a finish step that sees the
 // number of reduced elements (MEAN divides by it; the mean of nothing is 0/0 = NaN).
 template <ReduceOp op> struct Reducer;

@@ -1,0 +1,171 @@
+// conv2d's backward passes as GEMMs on cpu::gemm, in the accumulator type A = Acc<T>
+// (half types are widened once, so every sum runs in float32), a chunk of images at a
+// time so that the column matrices stay within kColumnBudget elements:
+//  - data:   dcol[i] (CRS x PQ) = w^T (CRS x K) @ dy[i] (K x PQ), then col2im adds each
+//            column entry back onto the input pixel it was read from;
+//  - filter: dw (K x CRS) += dy (K x nb*PQ) @ im2col(x)^T (nb*PQ x CRS), the images of a
+//            chunk side by side so one GEMM contracts over images and pixels together.
+// Padding and stride gaps are skipped by bounds checks, so pixels no window reads get 0.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "gemm_microkernel.h"
+#include "kernels.h"
+
+namespace oxijax::cpu {
+namespace {
+
+using gemm_detail::Scratch;
+
+constexpr int64_t kColumnBudget = int64_t{1} << 23;  // elements of A per column matrix
+constexpr int64_t kGrain = int64_t{1} << 15;
+
+// Images per chunk: as many as the budget allows, at least one.
+int64_t chunk_images(const ConvShape& s) {
+  return std::clamp<int64_t>(kColumnBudget / std::max<int64_t>(1, s.c * s.r * s.s * s.p * s.q), 1,
+                             s.n);
+}
+
+// Calls body(h, w, col) for every (r, t, p, q) whose input pixel (h, w) lies inside the
+// image; col indexes one channel's rows of the column matrix, (r * S + t) * PQ + p * Q + q.
+template <typename Body>
+void for_each_tap(const ConvShape& s, Body&& body) {
+  for (int64_t r = 0; r < s.r; ++r)
+    for (int64_t t = 0; t < s.s; ++t)
+      for (int64_t p = 0; p < s.p; ++p) {
+        const int64_t h = p * s.stride_h - s.pad_h + r;
+        if (h < 0 || h >= s.h) continue;
+        const int64_t row = (r * s.s + t) * s.p * s.q + p * s.q;
+        for (int64_t q = 0; q < s.q; ++q) {
+          const int64_t w = q * s.stride_w - s.pad_w + t;
+          if (w >= 0 && w < s.w) body(h * s.w + w, row + q);
+        }
+      }
+}
+
+// dst[i] = load(src[i]) for n elements, in parallel.
+template <typename T, typename A>
+void widen(const Parallel& par, const T* src, A* dst, int64_t n) {
+  par.for_range(n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] = load(src[i]);
+  });
+}
+
+GemmShape plain_gemm(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, double beta) {
+  GemmShape g;
+  g.m = m, g.n = n, g.k = k, g.trans_a = trans_a, g.trans_b = trans_b, g.beta = beta;
+  return g;
+}
+
+template <typename T>
+void fill_zero(const Parallel& par, T* out, int64_t n) {
+  par.for_range(n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = store<T>(Acc<T>(0));
+  });
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d_backward_data(const Parallel& par, const ConvShape& s, const T* dy, const T* w,
+                          T* dx) {
+  using A = Acc<T>;
+  constexpr bool kSame = std::is_same_v<T, A>;
+  const int64_t hw = s.h * s.w, pq = s.p * s.q, crs = s.c * s.r * s.s, rs = s.r * s.s;
+  if (s.groups * s.n * s.c * hw == 0) return;
+  if (s.k * crs * pq == 0) return fill_zero(par, dx, s.groups * s.n * s.c * hw);
+  const int64_t nb = chunk_images(s);
+  Scratch<A> wide_w(kSame ? 0 : s.k * crs), wide_dy(kSame ? 0 : nb * s.k * pq);
+  Scratch<A> dcol(nb * crs * pq);
+  for (int64_t g = 0; g < s.groups; ++g) {
+    const A* wg = reinterpret_cast<const A*>(w + g * s.k * crs);
+    if constexpr (!kSame) widen(par, w + g * s.k * crs, wide_w.data(), s.k * crs), wg = wide_w.data();
+    for (int64_t i0 = 0; i0 < s.n; i0 += nb) {
+      const int64_t count = std::min(nb, s.n - i0), image0 = g * s.n + i0;
+      const A* dyc = reinterpret_cast<const A*>(dy + image0 * s.k * pq);
+      if constexpr (!kSame)
+        widen(par, dy + image0 * s.k * pq, wide_dy.data(), count * s.k * pq), dyc = wide_dy.data();
+      GemmShape gs = plain_gemm(crs, pq, s.k, /*trans_a=*/true, false, 0.0);
+      gs.batch_dims = {count};
+      gs.a_batch_strides = {0};
+      gs.b_batch_strides = {s.k * pq};
+      gemm<A>(par, gs, wg, dyc, nullptr, dcol.data());
+      // col2im, one input plane (image, channel) per task.
+      par.for_range(count * s.c, std::max<int64_t>(1, kGrain / (rs * pq)),
+                    [&](int64_t begin, int64_t end) {
+        Scratch<A> local(kSame ? 0 : hw);
+        for (int64_t u = begin; u < end; ++u) {
+          const int64_t i = u / s.c, c = u % s.c;
+          T* plane = dx + ((image0 + i) * s.c + c) * hw;
+          A* acc = kSame ? reinterpret_cast<A*>(plane) : local.data();
+          std::fill(acc, acc + hw, A(0));
+          const A* col = dcol.data() + (i * crs + c * rs) * pq;
+          for_each_tap(s, [&](int64_t pixel, int64_t j) { acc[pixel] += col[j]; });
+          if constexpr (!kSame)
+            for (int64_t e = 0; e < hw; ++e) plane[e] = store<T>(acc[e]);
+        }
+      });
+    }
+  }
+}
+
+template <typename T>
+void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x, const T* dy,
+                            T* dw) {
+  using A = Acc<T>;
+  const int64_t hw = s.h * s.w, pq = s.p * s.q, crs = s.c * s.r * s.s, rs = s.r * s.s;
+  if (s.groups * s.k * crs == 0) return;
+  if (s.n * pq == 0) return fill_zero(par, dw, s.groups * s.k * crs);
+  const int64_t nb = chunk_images(s);
+  Scratch<A> col(crs * nb * pq), dyc(s.k * nb * pq), sum(s.k * crs), next(s.k * crs);
+  for (int64_t g = 0; g < s.groups; ++g) {
+    A* total = sum.data();
+    A* spare = next.data();
+    for (int64_t i0 = 0; i0 < s.n; i0 += nb) {
+      const int64_t count = std::min(nb, s.n - i0), image0 = g * s.n + i0, width = count * pq;
+      // im2col with the chunk's images side by side: row crs, column i * PQ + pixel.
+      par.for_range(count * s.c, std::max<int64_t>(1, kGrain / (rs * pq)),
+                    [&](int64_t begin, int64_t end) {
+        for (int64_t u = begin; u < end; ++u) {
+          const int64_t i = u / s.c, c = u % s.c;
+          const T* plane = x + ((image0 + i) * s.c + c) * hw;
+          A* rows = col.data() + c * rs * width + i * pq;
+          for (int64_t tap = 0; tap < rs; ++tap) std::fill(rows + tap * width, rows + tap * width + pq, A(0));
+          // for_each_tap's col index is tap * PQ + pixel; rows here are `width` apart.
+          for_each_tap(s, [&](int64_t pixel, int64_t j) {
+            rows[j / pq * width + j % pq] = load(plane[pixel]);
+          });
+        }
+      });
+      // dy of the chunk as K x (images * PQ).
+      par.for_range(s.k * count, std::max<int64_t>(1, kGrain / pq), [&](int64_t begin, int64_t end) {
+        for (int64_t u = begin; u < end; ++u) {
+          const int64_t k = u / count, i = u % count;
+          const T* src = dy + ((image0 + i) * s.k + k) * pq;
+          A* dst = dyc.data() + k * width + i * pq;
+          for (int64_t e = 0; e < pq; ++e) dst[e] = load(src[e]);
+        }
+      });
+      const bool first = i0 == 0;
+      gemm<A>(par, plain_gemm(s.k, crs, width, false, /*trans_b=*/true, first ? 0.0 : 1.0),
+              dyc.data(), col.data(), first ? nullptr : total, spare);
+      std::swap(total, spare);
+    }
+    T* out = dw + g * s.k * crs;
+    par.for_range(s.k * crs, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) out[e] = store<T>(total[e]);
+    });
+  }
+}
+
+#define OXIJAX_INSTANTIATE(T)                                                                  \
+  template void conv2d_backward_data<T>(const Parallel&, const ConvShape&, const T*, const T*, \
+                                        T*);                                                   \
+  template void conv2d_backward_filter<T>(const Parallel&, const ConvShape&, const T*,         \
+                                          const T*, T*);
+OXIJAX_FOR_EACH_DTYPE(OXIJAX_INSTANTIATE)
+#undef OXIJAX_INSTANTIATE
+
+}  // namespace oxijax::cpu

@@ -1,0 +1,221 @@
+// conv2d's backward passes as implicit GEMMs (no im2col buffer): each block computes a
+// kBM x kBN tile of a per-group GEMM whose operands are gathered from the tensors as
+// the tiles are loaded, accumulating in Acc<T> (float32 for the half types; SIMT FMAs,
+// no tensor cores).
+//  - data:   dx (N*H*W x C) = dy-gather (N*H*W x K*R*S) @ w (K*R*S x C), where the
+//            gather reads dy[n, k, p, q] with h = p*sh - ph + r (0 where no (p, q) lands
+//            on (h, w): stride gaps and padding give zero gradient);
+//  - filter: dw (K x C*R*S) = dy (K x N*P*Q) @ x-gather (N*P*Q x C*R*S). Its reduction
+//            is long and the output small, so it is split over blocks (blockIdx.z) into
+//            Acc<T> partial sums in the workspace, added in a second kernel.
+// Launchers only enqueue and return cudaGetLastError().
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "convert.h"
+#include "kernels.h"
+#include "launch.h"
+
+namespace oxijax::cuda {
+namespace {
+
+constexpr int kBM = 64, kBN = 64, kBK = 16;
+constexpr int kThreads = 256;  // 16 x 16 threads, 4 x 4 outputs each
+constexpr int kTM = 4, kTN = 4;
+
+// One backward problem: GEMM sizes per group and the gathers of its operands.
+template <typename T>
+struct DataProblem {
+  const T* dy;
+  const T* w;
+  ConvShape s;
+  __device__ int64_t m() const { return s.n * s.h * s.w; }
+  __device__ int64_t n() const { return s.c; }
+  __device__ int64_t depth() const { return s.k * s.r * s.s; }
+  // A[row, kk]: dy at the output (p, q) whose window tap (r, t) reads pixel `row`.
+  __device__ Acc<T> a(int64_t g, int64_t row, int64_t kk) const {
+    const int64_t hw = s.h * s.w, img = row / hw, pix = row % hw;
+    const int64_t k = kk / (s.r * s.s), tap = kk % (s.r * s.s);
+    const int64_t hp = pix / s.w + s.pad_h - tap / s.s, wp = pix % s.w + s.pad_w - tap % s.s;
+    if (hp < 0 || wp < 0 || hp % s.stride_h != 0 || wp % s.stride_w != 0) return Acc<T>(0);
+    const int64_t p = hp / s.stride_h, q = wp / s.stride_w;
+    if (p >= s.p || q >= s.q) return Acc<T>(0);
+    return to_acc(dy[(((g * s.n + img) * s.k + k) * s.p + p) * s.q + q]);
+  }
+  __device__ Acc<T> b(int64_t g, int64_t kk, int64_t c) const {
+    const int64_t k = kk / (s.r * s.s), tap = kk % (s.r * s.s);
+    return to_acc(w[((g * s.k + k) * s.c + c) * s.r * s.s + tap]);
+  }
+  __device__ int64_t out_index(int64_t g, int64_t row, int64_t c) const {
+    const int64_t hw = s.h * s.w;
+    return ((g * s.n + row / hw) * s.c + c) * hw + row % hw;
+  }
+};
+
+template <typename T>
+struct FilterProblem {
+  const T* x;
+  const T* dy;
+  ConvShape s;
+  __device__ int64_t m() const { return s.k; }
+  __device__ int64_t n() const { return s.c * s.r * s.s; }
+  __device__ int64_t depth() const { return s.n * s.p * s.q; }
+  __device__ Acc<T> a(int64_t g, int64_t k, int64_t j) const {
+    const int64_t pq = s.p * s.q;
+    return to_acc(dy[((g * s.n + j / pq) * s.k + k) * pq + j % pq]);
+  }
+  // B[j, col]: the input pixel that output j's window tap (r, t) of channel c reads.
+  __device__ Acc<T> b(int64_t g, int64_t j, int64_t col) const {
+    const int64_t pq = s.p * s.q, rs = s.r * s.s;
+    const int64_t img = j / pq, p = j % pq / s.q, q = j % s.q;
+    const int64_t c = col / rs, tap = col % rs;
+    const int64_t h = p * s.stride_h - s.pad_h + tap / s.s, w = q * s.stride_w - s.pad_w + tap % s.s;
+    if (h < 0 || h >= s.h || w < 0 || w >= s.w) return Acc<T>(0);
+    return to_acc(x[((g * s.n + img) * s.c + c) * s.h * s.w + h * s.w + w]);
+  }
+  __device__ int64_t out_index(int64_t g, int64_t k, int64_t col) const {
+    return (g * s.k + k) * s.c * s.r * s.s + col;
+  }
+};
+
+// grid: (n tiles, m tiles, groups * splits). Split z of a group reduces depth slice
+// [z * chunk, (z + 1) * chunk). With one split the result is stored in out; otherwise
+// partial sums go to partial[split][out_index].
+template <typename T, typename Problem>
+__global__ void __launch_bounds__(kThreads)
+    igemm_kernel(Problem pr, int64_t splits, int64_t chunk, T* out, Acc<T>* partial,
+                 int64_t out_size) {
+  using A = Acc<T>;
+  __shared__ A as[kBK][kBM];
+  __shared__ A bs[kBK][kBN];
+  const int64_t g = blockIdx.z / splits, split = blockIdx.z % splits;
+  const int64_t m0 = int64_t{blockIdx.y} * kBM, n0 = int64_t{blockIdx.x} * kBN;
+  const int64_t m = pr.m(), n = pr.n(), depth = pr.depth();
+  const int64_t k_begin = split * chunk, k_end = std::min(depth, k_begin + chunk);
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  A acc[kTM][kTN] = {};
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kBK) {
+    // Each thread loads kBM * kBK / kThreads = 4 elements of each tile.
+    for (int i = threadIdx.x; i < kBM * kBK; i += kThreads) {
+      const int row = i % kBM, kk = i / kBM;
+      const int64_t gm = m0 + row, gk = k0 + kk;
+      as[kk][row] = (gm < m && gk < k_end) ? pr.a(g, gm, gk) : A(0);
+      const int64_t gn = n0 + row;
+      bs[kk][row] = (gn < n && gk < k_end) ? pr.b(g, gk, gn) : A(0);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; ++kk) {
+      A av[kTM], bv[kTN];
+#pragma unroll
+      for (int i = 0; i < kTM; ++i) av[i] = as[kk][ty * kTM + i];
+#pragma unroll
+      for (int j = 0; j < kTN; ++j) bv[j] = bs[kk][tx * kTN + j];
+#pragma unroll
+      for (int i = 0; i < kTM; ++i)
+#pragma unroll
+        for (int j = 0; j < kTN; ++j) acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < kTM; ++i) {
+    const int64_t gm = m0 + ty * kTM + i;
+    if (gm >= m) continue;
+#pragma unroll
+    for (int j = 0; j < kTN; ++j) {
+      const int64_t gn = n0 + tx * kTN + j;
+      if (gn >= n) continue;
+      const int64_t at = pr.out_index(g, gm, gn);
+      if (splits == 1) out[at] = from_acc<T>(acc[i][j]);
+      else partial[split * out_size + at] = acc[i][j];
+    }
+  }
+}
+
+// out[i] = sum over splits of partial[split][i].
+template <typename T>
+__global__ void sum_splits_kernel(const Acc<T>* partial, int64_t splits, int64_t size, T* out) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < size;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    Acc<T> total = 0;
+    for (int64_t sp = 0; sp < splits; ++sp) total += partial[sp * size + i];
+    out[i] = from_acc<T>(total);
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Splits of the filter gradient's reduction: enough blocks for two waves, each split at
+// least 8 depth tiles long, at most 64 splits.
+int64_t filter_splits(const ConvShape& s) {
+  const int64_t tiles = ceil_div(s.k, kBM) * ceil_div(s.c * s.r * s.s, kBN) * s.groups;
+  const int64_t depth_tiles = ceil_div(s.n * s.p * s.q, kBK);
+  const int64_t want = ceil_div(2 * int64_t{sm_count()}, std::max<int64_t>(1, tiles));
+  return std::clamp<int64_t>(std::min(want, depth_tiles / 8), 1, 64);
+}
+
+bool grid_fits(int64_t x, int64_t y, int64_t z) {
+  return x > 0 && y > 0 && z > 0 && x < (int64_t{1} << 31) && y < 65536 && z < 65536;
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& s, const T* dy,
+                                 const T* w, T* dx) {
+  const int64_t m = s.n * s.h * s.w;
+  if (s.groups <= 0 || m <= 0 || s.c <= 0) return cudaSuccess;
+  const int64_t depth = s.k * s.r * s.s;
+  const int64_t gx = ceil_div(s.c, kBN), gy = ceil_div(m, kBM);
+  if (!grid_fits(gx, gy, s.groups)) return cudaErrorInvalidConfiguration;
+  // Depth 0 (no filters) still runs: every tile stores its zeros.
+  const dim3 grid(unsigned(gx), unsigned(gy), unsigned(s.groups));
+  igemm_kernel<T, DataProblem<T>><<<grid, kThreads, 0, stream>>>(
+      DataProblem<T>{dy, w, s}, 1, std::max<int64_t>(depth, 1), dx, nullptr, 0);
+  return cudaGetLastError();
+}
+
+size_t conv2d_backward_filter_workspace_bytes(const ConvShape& s, size_t element_bytes) {
+  const int64_t splits = filter_splits(s);
+  if (splits == 1) return 0;
+  const size_t acc_bytes = element_bytes == 8 ? 8 : 4;
+  return size_t(splits) * size_t(s.groups * s.k * s.c * s.r * s.s) * acc_bytes;
+}
+
+template <typename T>
+cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& s, const T* x,
+                                   const T* dy, T* dw, void* workspace) {
+  const int64_t cols = s.c * s.r * s.s, out_size = s.groups * s.k * cols;
+  if (out_size <= 0) return cudaSuccess;
+  const int64_t splits = filter_splits(s), depth = s.n * s.p * s.q;
+  if (splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+  const int64_t chunk = ceil_div(ceil_div(std::max<int64_t>(depth, 1), splits), kBK) * kBK;
+  const int64_t gx = ceil_div(cols, kBN), gy = ceil_div(s.k, kBM);
+  if (!grid_fits(gx, gy, s.groups * splits)) return cudaErrorInvalidConfiguration;
+  const dim3 grid(unsigned(gx), unsigned(gy), unsigned(s.groups * splits));
+  auto* partial = static_cast<Acc<T>*>(workspace);
+  igemm_kernel<T, FilterProblem<T>><<<grid, kThreads, 0, stream>>>(
+      FilterProblem<T>{x, dy, s}, splits, chunk, dw, partial, out_size);
+  if (splits > 1) {
+    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(out_size, 256), 4 * sm_count()));
+    sum_splits_kernel<T><<<blocks, 256, 0, stream>>>(partial, splits, out_size, dw);
+  }
+  return cudaGetLastError();
+}
+
+#define OXIJAX_INSTANTIATE(T)                                                                   \
+  template cudaError_t conv2d_backward_data<T>(cudaStream_t, const ConvShape&, const T*,       \
+                                               const T*, T*);                                  \
+  template cudaError_t conv2d_backward_filter<T>(cudaStream_t, const ConvShape&, const T*,     \
+                                                 const T*, T*, void*);
+OXIJAX_INSTANTIATE(oxijax::half)
+OXIJAX_INSTANTIATE(oxijax::bfloat16)
+OXIJAX_INSTANTIATE(float)
+OXIJAX_INSTANTIATE(double)
+#undef OXIJAX_INSTANTIATE
+
+}  // namespace oxijax::cuda
