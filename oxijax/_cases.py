@@ -29,6 +29,11 @@ class Case:
     baselines: tuple[tuple[str, Callable], ...] = ()
 
     @property
+    def is_gradient(self) -> bool:
+        """A forward-and-backward case: its result already holds the gradients."""
+        return self.op.endswith("fwd+bwd")
+
+    @property
     def reference(self) -> Callable:
         return self.reference_fn or self.xla_fn
 
@@ -58,7 +63,7 @@ def _attention_jnp(q, k, v, causal=False):
     return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
 
 
-def _fwd_bwd(op: Callable) -> Callable:
+def fwd_bwd(op: Callable) -> Callable:
     """op's result and the gradients of |result|^2 / 2 for every input (one forward and
     one backward pass), flattened into one array so that `check` compares them all."""
     def fn(*args):
@@ -75,11 +80,11 @@ def _fwd_bwd_cases(b, heads, s, d) -> list[Case]:
     flops = 3.5 * 4.0 * b * heads * s * s * d  # the backward is 5 products to the forward's 2
     return [
         Case(f"attention{' causal' * causal} fwd+bwd", f"B{b} H{heads} S{s} D{d}", make,
-             _fwd_bwd(lambda q, k, v, c=causal: oxijax.attention(q, k, v, causal=c)),
-             _fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c)),
+             fwd_bwd(lambda q, k, v, c=causal: oxijax.attention(q, k, v, causal=c)),
+             fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c)),
              flops=flops / (2 if causal else 1), bytes_moved=8 * b * heads * s * d,
-             reference_fn=_fwd_bwd(lambda q, k, v, c=causal: _attention_jnp(q, k, v, c)),
-             baselines=(("cuDNN", _fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c, "cudnn"))),))
+             reference_fn=fwd_bwd(lambda q, k, v, c=causal: _attention_jnp(q, k, v, c)),
+             baselines=(("cuDNN", fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c, "cudnn"))),))
         for causal in (False, True)
     ]
 
@@ -149,7 +154,7 @@ def cases(size: str) -> list[Case]:
              bytes_moved=n * c * h * w + k * c * 9 + n * k * h * w),
         Case("conv2d 3x3 fwd+bwd", f"{n}x{c}x{h}x{w} * {k}x{c}x3x3",
              lambda t: (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1)),
-             _fwd_bwd(lambda x, wt: oxijax.conv2d(x, wt, padding=1)), _fwd_bwd(_conv_xla),
+             fwd_bwd(lambda x, wt: oxijax.conv2d(x, wt, padding=1)), fwd_bwd(_conv_xla),
              flops=3 * conv_flops, bytes_moved=3 * (n * c * h * w + k * c * 9 + n * k * h * w)),
         Case("attention", f"B{b} H{heads} S{s} D{d}",
              lambda t: tuple(_normal((b, heads, s, d), t, i) for i in range(3)),

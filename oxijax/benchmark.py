@@ -183,15 +183,21 @@ def print_table(report: Report, file=None) -> None:
                       _rate(row, report.platform == "gpu")]
                      + [_fmt(base.get(k, nan)["ms"], ".3f") for k in labels]
                      + [_fmt(base.get(k, nan)["ratio"], ".2f") for k in labels])
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     print(f"{report.device_kind} ({report.platform}), sizes '{report.sizes}', median of "
           f"{report.repeats}; copy " + ", ".join(f"{k} {v:.1f} GB/s"
                                                   for k, v in report.copy_gbps.items()), file=file)
+    print_aligned(table, file=file)
+
+
+def print_aligned(table: list[list[str]], left: int = 3, file=None) -> None:
+    """Rows of cells in aligned columns (the first `left` left-aligned, numbers right-
+    aligned), with a rule under the header row."""
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for i, r in enumerate(table):
-        cells = [c.ljust(w) if j < 3 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
-        print("  ".join(cells).rstrip(), file=file)
+        cells = [c.ljust(w) if j < left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))]
+        print("  ".join(cells).rstrip(), file=file or sys.stdout)
         if i == 0:
-            print("  ".join("-" * w for w in widths), file=file)
+            print("  ".join("-" * w for w in widths), file=file or sys.stdout)
 
 
 def _peaks(report: Report) -> dict[str, float] | None:
