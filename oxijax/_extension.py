@@ -20,6 +20,13 @@ if _override and "oxijax._oxijax" not in sys.modules:
     sys.modules["oxijax._oxijax"] = _module
     _spec.loader.exec_module(_module)
 
-from oxijax import _oxijax  # noqa: E402
+try:
+    from oxijax import _oxijax  # noqa: E402
+except ImportError as error:  # most often: the source tree shadows a non-editable install
+    raise ImportError(
+        f"oxijax's compiled extension was not found next to {os.path.dirname(__file__)}. "
+        "If that is a source checkout, either install it editable (pip install -e .) or "
+        "run Python from another directory, so that the installed package is imported."
+    ) from error
 
 __all__ = ["_oxijax"]

@@ -48,6 +48,16 @@ def _compiled(primitive: Primitive, params: tuple[tuple[str, Any], ...]) -> Call
     return jax.jit(functools.partial(primitive.bind, **dict(params)))
 
 
+def _not_built(name: str) -> Callable[..., Any]:
+    def rule(ctx, *operands, **params):
+        raise NotImplementedError(
+            f"oxijax_{name} has no CUDA kernel in this build of oxijax (built without nvcc, "
+            "or with OXIJAX_CUDA=OFF): reinstall with nvcc available (README: Installing with "
+            "CUDA), or compute on CPU arrays")
+
+    return rule
+
+
 def define(
     name: str,
     *,
@@ -72,6 +82,8 @@ def define(
     batching.primitive_batchers[primitive] = batching_rule
     target = f"oxijax_{name}"
     platforms = [p for p, targets in REGISTERED_TARGETS.items() if target in targets]
+    if "cuda" not in platforms:  # a clear error on GPU arrays instead of a missing rule
+        mlir.register_lowering(primitive, _not_built(name), platform="cuda")
     if factors is None:
         for platform in platforms:
             mlir.register_lowering(primitive, _ffi_lowering(target), platform=platform)

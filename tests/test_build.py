@@ -90,3 +90,17 @@ def test_the_sanitized_extension_is_the_one_loaded():
 
     assert "-fsanitize=address,undefined" in oxijax.BUILD_INFO["cpu_flags"]
     assert os.path.samefile(_oxijax.__file__, os.environ["OXIJAX_EXTENSION"])
+
+
+def test_cuda_lowering_without_a_gpu():
+    """Lowering for CUDA needs no GPU: a CUDA build emits the custom call, a CPU-only
+    build explains that it has no CUDA kernels."""
+    import jax
+    import jax.numpy as jnp
+
+    lower = jax.jit(oxijax.relu).trace(jnp.ones(3)).lower
+    if "cuda" in oxijax.REGISTERED_TARGETS:
+        assert "oxijax_unary" in lower(lowering_platforms=("cuda",)).as_text()
+    else:
+        with pytest.raises(NotImplementedError, match="no CUDA kernel in this build"):
+            lower(lowering_platforms=("cuda",))
