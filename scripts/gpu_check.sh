@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-shot check on a GPU machine without internet (jax with CUDA already installed):
 # build against the installed jaxlib for that GPU only, run the GPU tests (a skip is a
-# failure there), the benchmark, then the whole suite on the GPU. Logs, a JSON of
+# failure there), every kernel path under compute-sanitizer (memcheck, racecheck), the
+# benchmark, then, time permitting, the whole suite on the GPU. Logs, a JSON of
 # benchmark results and summary.txt (one line per step with its exit status) go to $OUT
 # when it is set. Budget: under 8 minutes on an H200; every step has its own time limit
 # so that a hang cannot eat the budget, and later steps run even when one fails.
@@ -28,8 +29,11 @@ export OXIJAX_REQUIRE_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false OXIJAX_CUDA=ON
 export OXIJAX_CUDA_ARCHITECTURES="${OXIJAX_CUDA_ARCHITECTURES:-90-real}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 # Time limits (seconds) add up to the 8-minute budget; the whole suite gets what is left.
-step build 170 python -m pip install --no-build-isolation --no-deps .
+step build 150 python -m pip install --no-build-isolation --no-deps .
 nvidia-smi > "$out/nvidia-smi.log" 2>&1 || true
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+            /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
+tour="$PWD/scripts/sanitize_gpu_ops.py"
 
 # From here on, run outside the source tree so that the installed package (with its
 # compiled extension) is imported, not ./oxijax.
@@ -37,14 +41,24 @@ cd tests
 # pytest-xdist (on the GPU image) spreads the many small, compile-bound tests over workers.
 parallel=()
 python -c "import xdist" 2>/dev/null && parallel=(-n 8)
-step info 15 python -m oxijax info
-# Every test that takes the `gpu` fixture carries the `gpu` marker (tests/conftest.py).
+step info 10 python -m oxijax info
 step build_tests 15 python -m pytest -q -p no:cacheprovider --rootdir=. test_build.py
-step gpu_tests 150 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. -m gpu .
-step bench 90 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
-step check 20 python -m oxijax check
+# Every test that takes the `gpu` fixture carries the `gpu` marker (tests/conftest.py).
+step gpu_tests 140 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. -m gpu .
+# Every kernel path once under compute-sanitizer, only oxijax's kernels instrumented:
+# memcheck (out-of-bounds, misaligned) and racecheck (shared-memory hazards).
+if [ -n "$sanitizer" ]; then
+  for tool in memcheck racecheck; do
+    step "sanitizer_$tool" 50 "$sanitizer" --tool "$tool" --error-exitcode 1 \
+      --kernel-name kns=oxijax python "$tour"
+  done
+else
+  echo "sanitizer: compute-sanitizer not found" | tee -a "$out/summary.txt"
+  failed=1
+fi
+step bench 60 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
 left=$((470 - SECONDS))
-if [ "$left" -gt 10 ]; then
+if [ "$left" -gt 20 ]; then
   step tests "$left" python -m pytest -q -p no:cacheprovider "${parallel[@]}" --rootdir=. .
 else
   echo "tests: not run, no time left" | tee -a "$out/summary.txt"
