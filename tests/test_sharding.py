@@ -44,6 +44,8 @@ SCRIPT = textwrap.dedent(
         }
 
     attention = lambda causal: (lambda q, k, v: oxijax.attention(q, k, v, causal=causal))
+    # The gradient for the first operand, for a cotangent sharded like the result.
+    grad_first = lambda f: (lambda x, *rest_and_ct: jax.vjp(lambda x: f(x, *rest_and_ct[:-1]), x)[1](rest_and_ct[-1])[0])
     results = {
         "unary": case(oxijax.exp, (("x", "y"), (8, 6))),
         "binary broadcast": case(oxijax.add, (("x", "y"), (8, 6)), (("y",), (6,))),
@@ -68,6 +70,16 @@ SCRIPT = textwrap.dedent(
                                   *[((None,), (2, 2, 12, 8))] * 2),
         "attention causal queries": case(attention(True), ((None, None, "x"), (2, 2, 16, 8)),
                                          *[((None,), (2, 2, 12, 8))] * 2),
+        "grad unary": case(grad_first(oxijax.tanh), (("x", "y"), (8, 6)), (("x", "y"), (8, 6))),
+        "grad binary broadcast": case(grad_first(oxijax.maximum), (("x", "y"), (8, 6)),
+                                      (("y",), (6,)), (("x", "y"), (8, 6))),
+        "grad reduce max": case(grad_first(lambda x: oxijax.max(x, 1)),
+                                (("x", None, "y"), (4, 5, 6)), (("x", "y"), (4, 6))),
+        "grad gemm batch and m": case(grad_first(oxijax.matmul), (("x", "y", None), (4, 8, 6)),
+                                      (("x", None, None), (4, 6, 10)), (("x", "y", None), (4, 8, 10))),
+        "grad conv2d images": case(grad_first(lambda x, w: oxijax.conv2d(x, w, padding=1)),
+                                   (("x",), (4, 3, 9, 9)), ((None,), (6, 3, 3, 3)),
+                                   (("x",), (4, 6, 9, 9))),
     }
     print(json.dumps(results))
     """
@@ -90,6 +102,11 @@ LOCAL = {
     "attention batch and heads": [["x", "y", "None", "None"]],
     "attention queries": [["None", "None", "x", "None"]],
     "attention causal queries": None,
+    "grad unary": [["x", "y"]],
+    "grad binary broadcast": [["x", "y"]],
+    "grad reduce max": [["x", "None", "y"]],
+    "grad gemm batch and m": [["x", "y", "None"]],
+    "grad conv2d images": [["x", "None", "None", "None"]],
 }
 
 
