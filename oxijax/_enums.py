@@ -43,6 +43,8 @@ class Transpose(_OpEnum):
 
 
 class ReduceOp(_OpEnum):
+    """Reductions over one axis; MEAN of an empty axis is NaN, MAX/MIN propagate NaN."""
+
     SUM = 0
     MAX = 1
     MIN = 2
@@ -50,6 +52,9 @@ class ReduceOp(_OpEnum):
 
 
 class UnaryOp(_OpEnum):
+    """Elementwise functions, with jnp's semantics (log(0) = -inf, sqrt(-1) = nan, relu
+    propagates NaN)."""
+
     RELU = 0
     SIGMOID = 1
     TANH = 2
@@ -61,6 +66,8 @@ class UnaryOp(_OpEnum):
 
 
 class BinaryOp(_OpEnum):
+    """Elementwise a (op) b with NumPy broadcasting; MAX/MIN propagate NaN."""
+
     ADD = 0
     SUB = 1
     MUL = 2

@@ -11,16 +11,22 @@ class BackendError(Exception):
 
 
 class NotInitialized(BackendError):
+    """A call before ``init()`` (or after ``close()``)."""
+
     def __init__(self) -> None:
         super().__init__("backend not initialized")
 
 
 class InvalidArgument(BackendError, ValueError):
+    """A bad argument or pointer; nothing was touched."""
+
     def __init__(self, message: str) -> None:
         super().__init__(f"invalid argument: {message}")
 
 
 class Unsupported(BackendError, NotImplementedError):
+    """An operation this backend does not provide."""
+
     def __init__(self, message: str) -> None:
         super().__init__(f"unsupported operation: {message}")
 
@@ -38,6 +44,8 @@ class DeviceError(BackendError, RuntimeError):
 
 
 class OutOfMemory(BackendError, MemoryError):
+    """An allocation the device (or host) could not satisfy; the backend stays usable."""
+
     def __init__(self, nbytes: int | None = None, code: int | None = None,
                  name: str | None = None) -> None:
         self.nbytes = nbytes
