@@ -45,21 +45,11 @@ inline void score_tile(const A* __restrict qt, int64_t ld, const A* __restrict k
                        int64_t dim, A* __restrict st, Vec<A>* bmax) {
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
-  V acc[JT][IV];
-  for (int jt = 0; jt < JT; ++jt)
-    for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = V{};
-  for (int64_t d = 0; d < dim; ++d) {
-    V qv[IV];
-    for (int iv = 0; iv < IV; ++iv) qv[iv] = vload<V>(qt + d * ld + iv * W);
-    for (int jt = 0; jt < JT; ++jt) {
-      const V kk = splat<V>(kp[jt * dim + d]);
-      for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = vfma(qv[iv], kk, acc[jt][iv]);
-    }
-  }
+  lanes_product<A, IV, JT>(kp, dim, qt, ld, dim, st);
   for (int jt = 0; jt < JT; ++jt)
     for (int iv = 0; iv < IV; ++iv) {
-      vstore(st + jt * ld + iv * W, acc[jt][iv]);
-      bmax[iv] = acc[jt][iv] > bmax[iv] ? acc[jt][iv] : bmax[iv];
+      const V s = vload<V>(st + jt * ld + iv * W);
+      bmax[iv] = s > bmax[iv] ? s : bmax[iv];
     }
 }
 

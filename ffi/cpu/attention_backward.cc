@@ -40,27 +40,6 @@ constexpr int kRowRows = 6;                     // register tile rows in head-di
 
 template <typename A> constexpr int64_t kBq = int64_t(kMaxIV) * kLanes<A>;
 
-// out[jt][:] = sum_d rows[jt][d] * bt[d][:] for JT rows (row stride ldr, lanes ld).
-template <typename A, int IV, int JT>
-inline void lanes_product(const A* __restrict rows, int64_t ldr, const A* __restrict bt,
-                          int64_t ld, int64_t dim, A* __restrict out) {
-  using V = Vec<A>;
-  constexpr int W = kLanes<A>;
-  V acc[JT][IV];
-  for (int jt = 0; jt < JT; ++jt)
-    for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = V{};
-  for (int64_t d = 0; d < dim; ++d) {
-    V b[IV];
-    for (int iv = 0; iv < IV; ++iv) b[iv] = vload<V>(bt + d * ld + iv * W);
-    for (int jt = 0; jt < JT; ++jt) {
-      const V r = splat<V>(rows[jt * ldr + d]);
-      for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = vfma(b[iv], r, acc[jt][iv]);
-    }
-  }
-  for (int jt = 0; jt < JT; ++jt)
-    for (int iv = 0; iv < IV; ++iv) vstore(out + jt * ld + iv * W, acc[jt][iv]);
-}
-
 // All n rows of `rows` times bt, in register tiles of kLaneRows rows.
 template <typename A, int IV>
 void lanes_product_all(const A* rows, int64_t ldr, int64_t n, const A* bt, int64_t ld,

@@ -195,6 +195,27 @@ template <int N, typename F> inline void dispatch(int n, F&& f) {
   }
 }
 
+// out[jt][:] = sum_d rows[jt][d] * bt[d][:] for JT rows (row stride ldr, lanes ld).
+template <typename A, int IV, int JT>
+inline void lanes_product(const A* __restrict rows, int64_t ldr, const A* __restrict bt,
+                          int64_t ld, int64_t dim, A* __restrict out) {
+  using V = Vec<A>;
+  constexpr int W = kLanes<A>;
+  V acc[JT][IV];
+  for (int jt = 0; jt < JT; ++jt)
+    for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = V{};
+  for (int64_t d = 0; d < dim; ++d) {
+    V b[IV];
+    for (int iv = 0; iv < IV; ++iv) b[iv] = vload<V>(bt + d * ld + iv * W);
+    for (int jt = 0; jt < JT; ++jt) {
+      const V r = splat<V>(rows[jt * ldr + d]);
+      for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = vfma(b[iv], r, acc[jt][iv]);
+    }
+  }
+  for (int jt = 0; jt < JT; ++jt)
+    for (int iv = 0; iv < IV; ++iv) vstore(out + jt * ld + iv * W, acc[jt][iv]);
+}
+
 template <typename A> struct AlignedBuffer {
   A* p = nullptr;
   explicit AlignedBuffer(int64_t n)
