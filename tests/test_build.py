@@ -104,3 +104,18 @@ def test_cuda_lowering_without_a_gpu():
     else:
         with pytest.raises(NotImplementedError, match="no CUDA kernel in this build"):
             lower(lowering_platforms=("cuda",))
+
+
+def test_extension_stubs_are_current(tmp_path):
+    """oxijax/_oxijax/*.pyi (committed, from a CUDA build) describe the extension as built.
+    Regenerate after changing the bindings:
+    python -m nanobind.stubgen -m oxijax._oxijax -r --exclude-values -O oxijax"""
+    subprocess.run([sys.executable, "-m", "nanobind.stubgen", "-m", "oxijax._oxijax", "-r",
+                    "--exclude-values", "-q", "-O", str(tmp_path)], check=True)
+    for generated in sorted((tmp_path / "_oxijax").glob("*.pyi")):
+        committed = (ROOT / "oxijax" / "_oxijax" / generated.name).read_text()
+        if oxijax.BUILD_INFO["cuda"]:
+            assert generated.read_text() == committed, generated.name
+        else:  # a CPU-only build lacks CudaDevice; everything it has must be described
+            missing = set(generated.read_text().splitlines()) - set(committed.splitlines())
+            assert not missing, (generated.name, missing)
