@@ -31,6 +31,8 @@ CONV_CASES = [  # (N, C, H, W), (K, R, S), stride, padding
     ((2, 3, 7, 6), (4, 3, 2), (2, 3), (1, 2)),
     ((1, 2, 8, 7), (3, 2, 2), (3, 3), (0, 0)),  # rows and columns no window reads
     ((2, 2, 5, 5), (2, 3, 3), (1, 1), (1, 1)),
+    ((2, 3, 9, 6), (4, 3, 2), (1, 1), (2, 0)),  # stride 1: data gradient as a forward conv
+    ((1, 2, 4, 4), (2, 1, 2), (1, 1), (1, 2)),  # stride 1, padding >= filter: the GEMM path
 ]
 GEMM_CASES = [  # a shape, b shape, trans_a, trans_b, beta
     ((3, 5), (5, 4), "N", "N", 0.0),

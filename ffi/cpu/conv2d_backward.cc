@@ -1,8 +1,11 @@
-// conv2d's backward passes as GEMMs on cpu::gemm, in the accumulator type A = Acc<T>
-// (half types are widened once, so every sum runs in float32), a chunk of images at a
-// time so that the column matrices stay within kColumnBudget elements:
-//  - data:   dcol[i] (CRS x PQ) = w^T (CRS x K) @ dy[i] (K x PQ), then col2im adds each
-//            column entry back onto the input pixel it was read from;
+// conv2d's backward passes, in the accumulator type A = Acc<T> (half types are widened
+// once, so every sum runs in float32):
+//  - data, stride 1: a forward conv2d of dy with the filter flipped in space and its
+//            channel axes swapped, padded by R - 1 - pad (the fast implicit-GEMM kernel);
+//  - data, otherwise: GEMMs on cpu::gemm, a chunk of images at a time so that the column
+//            matrices stay within kColumnBudget elements: dcol[i] (CRS x PQ) =
+//            w^T (CRS x K) @ dy[i] (K x PQ), then col2im adds each column entry back onto
+//            the input pixel it was read from;
 //  - filter: dw (K x CRS) += dy (K x nb*PQ) @ im2col(x)^T (nb*PQ x CRS), the images of a
 //            chunk side by side so one GEMM contracts over images and pixels together.
 // Padding and stride gaps are skipped by bounds checks, so pixels no window reads get 0.
@@ -19,7 +22,7 @@ namespace {
 
 using gemm_detail::Scratch;
 
-constexpr int64_t kColumnBudget = int64_t{1} << 23;  // elements of A per column matrix
+constexpr int64_t kColumnBudget = int64_t{1} << 21;  // elements of A per column matrix
 constexpr int64_t kGrain = int64_t{1} << 15;
 
 // Images per chunk: as many as the budget allows, at least one.
@@ -45,6 +48,33 @@ void for_each_tap(const ConvShape& s, Body&& body) {
       }
 }
 
+// One image plane's rows of the column matrix: row (r * S + t), column p * Q + q holds
+// the input pixel that output (p, q) reads through tap (r, t), or 0 in the padding; rows
+// are `ld` elements apart.
+template <typename T, typename A>
+void im2col_rows(const ConvShape& s, const T* plane, A* rows, int64_t ld) {
+  for (int64_t r = 0; r < s.r; ++r)
+    for (int64_t t = 0; t < s.s; ++t) {
+      A* row = rows + (r * s.s + t) * ld;
+      // Output columns whose input column lies inside the image: q in [q_lo, q_hi).
+      const int64_t first = s.pad_w - t, q_lo = std::clamp<int64_t>(
+          first > 0 ? (first + s.stride_w - 1) / s.stride_w : 0, 0, s.q);
+      const int64_t last = s.w - 1 + s.pad_w - t, q_hi = std::clamp<int64_t>(
+          last >= 0 ? last / s.stride_w + 1 : 0, q_lo, s.q);
+      for (int64_t p = 0; p < s.p; ++p, row += s.q) {
+        const int64_t h = p * s.stride_h - s.pad_h + r;
+        if (h < 0 || h >= s.h) {
+          std::fill(row, row + s.q, A(0));
+          continue;
+        }
+        const T* src = plane + h * s.w - s.pad_w + t;
+        std::fill(row, row + q_lo, A(0));
+        for (int64_t q = q_lo; q < q_hi; ++q) row[q] = load(src[q * s.stride_w]);
+        std::fill(row + q_hi, row + s.q, A(0));
+      }
+    }
+}
+
 // dst[i] = load(src[i]) for n elements, in parallel.
 template <typename T, typename A>
 void widen(const Parallel& par, const T* src, A* dst, int64_t n) {
@@ -66,6 +96,29 @@ void fill_zero(const Parallel& par, T* out, int64_t n) {
   });
 }
 
+// Stride 1: dx[c, h, w] = sum_{k, r, t} dy[k, h + pad_h - r, w + pad_w - t] w[k, c, r, t],
+// a forward cross-correlation of dy (K channels, P x Q) with w'[c, k, R-1-r, S-1-t] and
+// padding R-1-pad_h, S-1-pad_w, whose output is H x W.
+template <typename T>
+void backward_data_as_forward(const Parallel& par, const ConvShape& s, const T* dy,
+                              const T* w, T* dx) {
+  const int64_t rs = s.r * s.s;
+  Scratch<T> flipped(s.groups * s.c * s.k * rs);
+  par.for_range(s.groups * s.c * s.k, std::max<int64_t>(1, kGrain / rs),
+                [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {  // u = (g, c, k) of the flipped filter
+      const int64_t g = u / (s.c * s.k), c = u / s.k % s.c, k = u % s.k;
+      const T* src = w + ((g * s.k + k) * s.c + c) * rs;
+      T* dst = flipped.data() + u * rs;
+      for (int64_t e = 0; e < rs; ++e) dst[e] = src[rs - 1 - e];
+    }
+  });
+  ConvShape f = s;
+  f.c = s.k, f.h = s.p, f.w = s.q, f.k = s.c, f.p = s.h, f.q = s.w;
+  f.pad_h = s.r - 1 - s.pad_h, f.pad_w = s.s - 1 - s.pad_w;
+  conv2d<T>(par, f, dy, flipped.data(), dx);
+}
+
 }  // namespace
 
 template <typename T>
@@ -76,6 +129,8 @@ void conv2d_backward_data(const Parallel& par, const ConvShape& s, const T* dy, 
   const int64_t hw = s.h * s.w, pq = s.p * s.q, crs = s.c * s.r * s.s, rs = s.r * s.s;
   if (s.groups * s.n * s.c * hw == 0) return;
   if (s.k * crs * pq == 0) return fill_zero(par, dx, s.groups * s.n * s.c * hw);
+  if (s.stride_h == 1 && s.stride_w == 1 && s.pad_h < s.r && s.pad_w < s.s)
+    return backward_data_as_forward(par, s, dy, w, dx);
   const int64_t nb = chunk_images(s);
   Scratch<A> wide_w(kSame ? 0 : s.k * crs), wide_dy(kSame ? 0 : nb * s.k * pq);
   Scratch<A> dcol(nb * crs * pq);
@@ -131,26 +186,25 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
         for (int64_t u = begin; u < end; ++u) {
           const int64_t i = u / s.c, c = u % s.c;
           const T* plane = x + ((image0 + i) * s.c + c) * hw;
-          A* rows = col.data() + c * rs * width + i * pq;
-          for (int64_t tap = 0; tap < rs; ++tap) std::fill(rows + tap * width, rows + tap * width + pq, A(0));
-          // for_each_tap's col index is tap * PQ + pixel; rows here are `width` apart.
-          for_each_tap(s, [&](int64_t pixel, int64_t j) {
-            rows[j / pq * width + j % pq] = load(plane[pixel]);
-          });
+          im2col_rows(s, plane, col.data() + c * rs * width + i * pq, width);
         }
       });
-      // dy of the chunk as K x (images * PQ).
-      par.for_range(s.k * count, std::max<int64_t>(1, kGrain / pq), [&](int64_t begin, int64_t end) {
-        for (int64_t u = begin; u < end; ++u) {
-          const int64_t k = u / count, i = u % count;
-          const T* src = dy + ((image0 + i) * s.k + k) * pq;
-          A* dst = dyc.data() + k * width + i * pq;
-          for (int64_t e = 0; e < pq; ++e) dst[e] = load(src[e]);
-        }
-      });
+      // dy of the chunk as K x (images * PQ): one image's dy already is, in float32/64.
+      const A* dy_chunk = reinterpret_cast<const A*>(dy + image0 * s.k * pq);
+      if (!std::is_same_v<T, A> || count > 1) {
+        par.for_range(s.k * count, std::max<int64_t>(1, kGrain / pq), [&](int64_t begin, int64_t end) {
+          for (int64_t u = begin; u < end; ++u) {
+            const int64_t k = u / count, i = u % count;
+            const T* src = dy + ((image0 + i) * s.k + k) * pq;
+            A* dst = dyc.data() + k * width + i * pq;
+            for (int64_t e = 0; e < pq; ++e) dst[e] = load(src[e]);
+          }
+        });
+        dy_chunk = dyc.data();
+      }
       const bool first = i0 == 0;
       gemm<A>(par, plain_gemm(s.k, crs, width, false, /*trans_b=*/true, first ? 0.0 : 1.0),
-              dyc.data(), col.data(), first ? nullptr : total, spare);
+              dy_chunk, col.data(), first ? nullptr : total, spare);
       std::swap(total, spare);
     }
     T* out = dw + g * s.k * crs;
