@@ -246,7 +246,8 @@ ffi::Error BinaryPartialImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuff
   });
 }
 
-ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyBuffer w,
+ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+                                  ffi::AnyBuffer dy, ffi::AnyBuffer w,
                                   ffi::Result<ffi::AnyBuffer> dx, int64_t stride_h,
                                   int64_t stride_w, int64_t pad_h, int64_t pad_w,
                                   int64_t input_h, int64_t input_w) {
@@ -255,11 +256,20 @@ ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::A
                                             input_h, input_w, shape);
       err.failure())
     return err;
+  const size_t bytes =
+      cuda::conv2d_backward_data_workspace_bytes(shape, ffi::ByteWidth(dy.element_type()));
+  void* workspace = nullptr;
+  if (bytes > 0) {
+    std::optional<void*> allocated = scratch.Allocate(bytes, 256);
+    if (!allocated)
+      return ffi::Error::Internal("oxijax: no scratch memory for the conv2d data gradient");
+    workspace = *allocated;
+  }
   return dispatch_float(dy.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    return launched(
-        cuda::conv2d_backward_data(stream, shape, typed<T>(dy), typed<T>(w), typed<T>(dx)),
-        "conv2d_backward_data");
+    return launched(cuda::conv2d_backward_data(stream, shape, typed<T>(dy), typed<T>(w),
+                                               typed<T>(dx), workspace),
+                    "conv2d_backward_data");
   });
 }
 
@@ -310,9 +320,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary_partial, BinaryPartialImpl,
                                   .Attr<BinaryOp>("op"),
                               {ffi::Traits::kCmdBufferCompatible});
 
+// Not command-buffer compatible: it may take scratch memory (as reduce).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, Conv2dBackwardDataImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
+                                  .Ctx<ffi::ScratchAllocator>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
@@ -321,8 +333,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, Conv2dBackwardDataImpl,
                                   .Attr<int64_t>("pad_h")
                                   .Attr<int64_t>("pad_w")
                                   .Attr<int64_t>("input_h")
-                                  .Attr<int64_t>("input_w"),
-                              {ffi::Traits::kCmdBufferCompatible});
+                                  .Attr<int64_t>("input_w"));
 
 // Not command-buffer compatible: it may take scratch memory (as reduce).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_filter, Conv2dBackwardFilterImpl,

@@ -1,4 +1,7 @@
-// conv2d's backward passes as implicit GEMMs (no im2col buffer): each block computes a
+// conv2d's backward passes. With stride 1 (and padding smaller than the filter), the
+// data gradient is the forward conv2d of dy with the filter flipped in space and its
+// channel axes swapped (kept in the workspace), padded by R - 1 - pad: the forward's
+// implicit GEMM, tensor cores included. Otherwise, as implicit GEMMs (no im2col buffer): each block computes a
 // kBM x kBN tile of a per-group GEMM whose operands are gathered from the tensors as
 // the tiles are loaded, accumulating in Acc<T> (float32 for the half types; SIMT FMAs,
 // no tensor cores).
@@ -157,17 +160,51 @@ int64_t filter_splits(const ConvShape& s) {
   return std::clamp<int64_t>(std::min(want, depth_tiles / 8), 1, 64);
 }
 
+// The data gradient as a forward conv2d (see the top of the file).
+bool data_as_forward(const ConvShape& s) {
+  return s.stride_h == 1 && s.stride_w == 1 && s.pad_h < s.r && s.pad_w < s.s;
+}
+
+// flipped[g, c, k, R-1-r, S-1-t] = w[g, k, c, r, t], grid-stride.
+template <typename T>
+__global__ void flip_filter_kernel(const T* __restrict__ w, ConvShape s, T* __restrict__ flipped) {
+  const int64_t rs = s.r * s.s, total = s.groups * s.c * s.k * rs;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t tap = e % rs, u = e / rs;  // u = (g, c, k) of the flipped filter
+    const int64_t k = u % s.k, c = u / s.k % s.c, g = u / (s.k * s.c);
+    flipped[e] = w[((g * s.k + k) * s.c + c) * rs + (rs - 1 - tap)];
+  }
+}
+
 bool grid_fits(int64_t x, int64_t y, int64_t z) {
   return x > 0 && y > 0 && z > 0 && x < (int64_t{1} << 31) && y < 65536 && z < 65536;
 }
 
 }  // namespace
 
+size_t conv2d_backward_data_workspace_bytes(const ConvShape& s, size_t element_bytes) {
+  if (!data_as_forward(s)) return 0;
+  return size_t(s.groups * s.c * s.k * s.r * s.s) * element_bytes;
+}
+
 template <typename T>
 cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& s, const T* dy,
-                                 const T* w, T* dx) {
+                                 const T* w, T* dx, void* workspace) {
   const int64_t m = s.n * s.h * s.w;
   if (s.groups <= 0 || m <= 0 || s.c <= 0) return cudaSuccess;
+  if (data_as_forward(s) && s.k > 0) {
+    if (workspace == nullptr) return cudaErrorInvalidValue;
+    T* flipped = static_cast<T*>(workspace);
+    const int64_t total = s.groups * s.c * s.k * s.r * s.s;
+    const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(total, 256), 4 * sm_count()));
+    flip_filter_kernel<T><<<blocks, 256, 0, stream>>>(w, s, flipped);
+    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    ConvShape f = s;
+    f.c = s.k, f.h = s.p, f.w = s.q, f.k = s.c, f.p = s.h, f.q = s.w;
+    f.pad_h = s.r - 1 - s.pad_h, f.pad_w = s.s - 1 - s.pad_w;
+    return conv2d<T>(stream, f, dy, flipped, dx);
+  }
   const int64_t depth = s.k * s.r * s.s;
   const int64_t gx = ceil_div(s.c, kBN), gy = ceil_div(m, kBM);
   if (!grid_fits(gx, gy, s.groups)) return cudaErrorInvalidConfiguration;
@@ -209,7 +246,7 @@ cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& s, cons
 
 #define OXIJAX_INSTANTIATE(T)                                                                   \
   template cudaError_t conv2d_backward_data<T>(cudaStream_t, const ConvShape&, const T*,       \
-                                               const T*, T*);                                  \
+                                               const T*, T*, void*);                           \
   template cudaError_t conv2d_backward_filter<T>(cudaStream_t, const ConvShape&, const T*,     \
                                                  const T*, T*, void*);
 OXIJAX_INSTANTIATE(oxijax::half)

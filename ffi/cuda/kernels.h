@@ -69,9 +69,12 @@ cudaError_t binary_partial(cudaStream_t stream, BinaryOp op, const BroadcastShap
 // from x and dy. backward_filter may split its long reduction over blocks: it needs a
 // device workspace of conv2d_backward_filter_workspace_bytes (256-byte aligned; none
 // when 0).
+// backward_data with stride 1 keeps a flipped copy of the filter in a device workspace
+// of conv2d_backward_data_workspace_bytes (256-byte aligned; none when 0).
+size_t conv2d_backward_data_workspace_bytes(const ConvShape& shape, size_t element_bytes);
 template <typename T>
 cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& shape, const T* dy,
-                                 const T* w, T* dx);
+                                 const T* w, T* dx, void* workspace);
 size_t conv2d_backward_filter_workspace_bytes(const ConvShape& shape, size_t element_bytes);
 template <typename T>
 cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& shape, const T* x,
