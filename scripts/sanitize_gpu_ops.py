@@ -90,9 +90,11 @@ def gemm() -> None:
 def conv2d() -> None:
     for dtype in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64):
         x, w = normal((2, 5, 11, 9), dtype, 12), normal((7, 5, 3, 3), dtype, 13)
-        conv = lambda x, w: oxijax.conv2d(x, w, stride=(2, 1), padding=(1, 2))  # noqa: E731
-        run(f"conv2d {dtype.__name__}", conv, x, w)
-        run(f"conv2d grad {dtype.__name__}", grad_of(conv), x, w)
+        # Stride 2 takes the implicit-GEMM data gradient, stride 1 the flipped forward conv.
+        for stride, padding in (((2, 1), (1, 2)), ((1, 1), (1, 0))):
+            conv = lambda x, w, st=stride, pd=padding: oxijax.conv2d(x, w, stride=st, padding=pd)  # noqa: E731
+            run(f"conv2d stride {stride} {dtype.__name__}", conv, x, w)
+            run(f"conv2d stride {stride} grad {dtype.__name__}", grad_of(conv), x, w)
 
 
 def attention() -> None:
