@@ -55,8 +55,8 @@ def static_float(name: str, value: Any) -> float:
     return result
 
 
-def static_int_pair(name: str, value: Any, minimum: int) -> tuple[int, int]:
-    """A pair of Python ints (an int is used for both) that are >= minimum."""
+def static_int_pair(name: str, value: Any, minimum: int, maximum: int) -> tuple[int, int]:
+    """A pair of Python ints (an int is used for both) in [minimum, maximum]."""
     pair = (value, value) if isinstance(value, (int, np.integer)) else value
     try:
         pair = tuple(pair)
@@ -66,6 +66,8 @@ def static_int_pair(name: str, value: Any, minimum: int) -> tuple[int, int]:
         raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
     if min(pair) < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    if max(pair) > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value!r}")
     return int(pair[0]), int(pair[1])
 
 

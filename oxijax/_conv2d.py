@@ -10,6 +10,11 @@ import jax.numpy as jnp
 from oxijax import _checks, _primitive, _sharding
 
 
+# Largest stride and padding, as in the C++ checks (ffi/bindings/checks.cc): far beyond any
+# real use, far below the overflow of the kernels' index arithmetic.
+MAX_STEP = 2**31 - 1
+
+
 def _output_size(size: int, pad: int, window: int, stride: int) -> int:
     return (size + 2 * pad - window) // stride + 1
 
@@ -74,8 +79,8 @@ def conv2d(
     _checks.rank("x", x, "4 (N, C, H, W)", x.ndim == 4)
     _checks.rank("w", w, "4 (K, C, R, S)", w.ndim == 4)
     dtype = _checks.same_dtype(x=x, w=w)
-    stride_h, stride_w = _checks.static_int_pair("stride", stride, minimum=1)
-    pad_h, pad_w = _checks.static_int_pair("padding", padding, minimum=0)
+    stride_h, stride_w = _checks.static_int_pair("stride", stride, 1, MAX_STEP)
+    pad_h, pad_w = _checks.static_int_pair("padding", padding, 0, MAX_STEP)
     n, c, h, wd = x.shape
     k, c_w, r, s = w.shape
     if c != c_w:

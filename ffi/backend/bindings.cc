@@ -8,10 +8,12 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "cpu_device.h"
 #include "errors.h"
+#include "host_memory.h"
 #ifdef OXIJAX_WITH_CUDA
 #include "cuda_device.h"
 #endif
@@ -93,6 +95,25 @@ void bind_backend(nb::module_& parent) {
       PyErr_SetObject(static_cast<PyObject*>(payload), args.ptr());
     }
   }, driver_error);
+
+  nb::class_<HostAllocation>(m, "HostAllocation",
+                             "Aligned host memory, freed with the object (MemoryError if the "
+                             "host cannot provide it).")
+      .def(nb::init<size_t>(), nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("address", &HostAllocation::address)
+      .def_prop_ro("size", &HostAllocation::size);
+  m.def("live_host_allocations", &HostAllocation::live_count,
+        "How many HostAllocations this process holds.");
+  m.def("live_host_bytes", &HostAllocation::live_bytes, "The bytes they hold.");
+  // For the leak tests: after the interpreter has torn everything down (Py_AtExit runs
+  // last), print to stderr what host memory is still allocated.
+  m.def("report_live_host_memory_at_exit", [] {
+    Py_AtExit([] {
+      std::fprintf(stderr, "oxijax: live host allocations at exit: %lld (%lld bytes)\n",
+                   static_cast<long long>(HostAllocation::live_count()),
+                   static_cast<long long>(HostAllocation::live_bytes()));
+    });
+  });
 
   nb::class_<CpuDevice> cpu(m, "CpuDevice");
   cpu.def(nb::init<>());

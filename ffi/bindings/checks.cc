@@ -20,11 +20,25 @@ std::string to_string(const std::vector<int64_t>& dims) {
   return out.str();
 }
 
-// All operands of an op share one floating dtype.
-ffi::Error same_dtype(std::initializer_list<const ffi::AnyBuffer*> buffers) {
+// Whether the product of a buffer's non-zero dims fits in int64. XLA accepts shapes
+// such as [0, 2^32, 2^32]; the checks multiply subsets of these dims (strides, batch
+// and row counts), which is then free of signed overflow.
+bool extent_fits(const ffi::AnyBuffer& buffer) {
+  int64_t product = 1;
+  for (int64_t dim : buffer.dimensions())
+    if (dim != 0 && __builtin_mul_overflow(product, dim, &product)) return false;
+  return true;
+}
+
+// All operands of an op share one floating dtype, and their extents fit in int64.
+ffi::Error check_buffers(std::initializer_list<const ffi::AnyBuffer*> buffers) {
   const ffi::DataType dtype = (*buffers.begin())->element_type();
-  for (const ffi::AnyBuffer* buffer : buffers)
+  for (const ffi::AnyBuffer* buffer : buffers) {
     if (buffer->element_type() != dtype) return invalid("operands and result must share one dtype");
+    if (!extent_fits(*buffer))
+      return invalid("a buffer of shape " + to_string(dims_of(*buffer)) +
+                     " has dims whose product overflows int64");
+  }
   return dispatch_float(dtype, [](auto) { return ffi::Error::Success(); });
 }
 
@@ -34,6 +48,8 @@ ffi::Error expect_dims(const char* what, const ffi::AnyBuffer& buffer,
   return invalid(std::string(what) + " has shape " + to_string(dims_of(buffer)) +
                  ", expected " + to_string(expected));
 }
+
+constexpr int64_t kMaxConvStep = (int64_t{1} << 31) - 1;  // stride and padding
 
 template <typename Enum>
 bool in_range(Enum value, int32_t count) {
@@ -45,7 +61,7 @@ bool in_range(Enum value, int32_t count) {
 
 ffi::Error check_unary(const ffi::AnyBuffer& x, const ffi::AnyBuffer& y, UnaryOp op, int64_t& count) {
   if (!in_range(op, kNumUnaryOps)) return invalid("unknown unary op code");
-  if (auto err = same_dtype({&x, &y}); err.failure()) return err;
+  if (auto err = check_buffers({&x, &y}); err.failure()) return err;
   if (auto err = expect_dims("unary result", y, dims_of(x)); err.failure()) return err;
   count = static_cast<int64_t>(x.element_count());
   return ffi::Error::Success();
@@ -54,7 +70,7 @@ ffi::Error check_unary(const ffi::AnyBuffer& x, const ffi::AnyBuffer& y, UnaryOp
 ffi::Error check_binary(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
                                           const ffi::AnyBuffer& out, BinaryOp op, BroadcastShape& shape) {
   if (!in_range(op, kNumBinaryOps)) return invalid("unknown binary op code");
-  if (auto err = same_dtype({&a, &b, &out}); err.failure()) return err;
+  if (auto err = check_buffers({&a, &b, &out}); err.failure()) return err;
   const auto a_dims = dims_of(a), b_dims = dims_of(b), out_dims = dims_of(out);
   const size_t rank = out_dims.size();
   if (a_dims.size() > rank || b_dims.size() > rank)
@@ -93,7 +109,7 @@ ffi::Error check_binary(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
 ffi::Error check_reduce(const ffi::AnyBuffer& x, const ffi::AnyBuffer& out,
                                        ReduceOp op, int64_t axis, ReduceShape& shape) {
   if (!in_range(op, kNumReduceOps)) return invalid("unknown reduce op code");
-  if (auto err = same_dtype({&x, &out}); err.failure()) return err;
+  if (auto err = check_buffers({&x, &out}); err.failure()) return err;
   auto dims = dims_of(x);
   const int64_t rank = static_cast<int64_t>(dims.size());
   if (rank == 0) return invalid("reduce needs an input of rank >= 1");
@@ -132,7 +148,7 @@ ffi::Error check_gemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
     return invalid("unknown transpose code");
   if (!std::isfinite(alpha) || !std::isfinite(beta)) return invalid("alpha and beta must be finite");
   if (beta != 0.0 && c == nullptr) return invalid("gemm with beta != 0 needs c");
-  if (auto err = same_dtype({&a, &b, &out}); err.failure()) return err;
+  if (auto err = check_buffers({&a, &b, &out}); err.failure()) return err;
   if (c != nullptr && c->element_type() != out.element_type())
     return invalid("gemm c must have the dtype of a and b");
   const auto a_dims = dims_of(a), b_dims = dims_of(b);
@@ -181,12 +197,18 @@ ffi::Error check_gemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
 ffi::Error check_conv2d(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
                                      const ffi::AnyBuffer& out, int64_t stride_h,
                                      int64_t stride_w, int64_t pad_h, int64_t pad_w, ConvShape& s) {
-  if (auto err = same_dtype({&x, &w, &out}); err.failure()) return err;
+  if (auto err = check_buffers({&x, &w, &out}); err.failure()) return err;
   const auto x_dims = dims_of(x), w_dims = dims_of(w);
   if (x_dims.size() != 5 || w_dims.size() != 5)
     return invalid("conv2d expects x [G, N, C, H, W] and w [G, K, C, R, S]");
   if (stride_h < 1 || stride_w < 1) return invalid("conv2d stride must be >= 1");
   if (pad_h < 0 || pad_w < 0) return invalid("conv2d padding must be >= 0");
+  // Far beyond any real use, and far below the overflow of the kernels' index arithmetic
+  // (H + 2 * pad, ceil_div by the stride).
+  if (stride_h > kMaxConvStep || stride_w > kMaxConvStep)
+    return invalid("conv2d stride must be <= " + std::to_string(kMaxConvStep));
+  if (pad_h > kMaxConvStep || pad_w > kMaxConvStep)
+    return invalid("conv2d padding must be <= " + std::to_string(kMaxConvStep));
   s = ConvShape{};
   s.groups = x_dims[0];
   s.n = x_dims[1], s.c = x_dims[2], s.h = x_dims[3], s.w = x_dims[4];
@@ -208,7 +230,7 @@ ffi::Error check_conv2d(const ffi::AnyBuffer& x, const ffi::AnyBuffer& w,
 ffi::Error check_attention(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
                                              const ffi::AnyBuffer& v, const ffi::AnyBuffer& out,
                                              const ffi::AnyBuffer& lse, double scale, bool causal, AttentionShape& s) {
-  if (auto err = same_dtype({&q, &k, &v, &out}); err.failure()) return err;
+  if (auto err = check_buffers({&q, &k, &v, &out}); err.failure()) return err;
   const auto acc_dtype =
       q.element_type() == ffi::DataType::F64 ? ffi::DataType::F64 : ffi::DataType::F32;
   if (lse.element_type() != acc_dtype)
@@ -240,7 +262,7 @@ ffi::Error check_attention_backward(const ffi::AnyBuffer& q, const ffi::AnyBuffe
                                     const ffi::AnyBuffer& dv, double scale, bool causal,
                                     AttentionShape& s) {
   if (auto err = check_attention(q, k, v, out, lse, scale, causal, s); err.failure()) return err;
-  if (auto err = same_dtype({&q, &dout, &dq, &dk, &dv}); err.failure()) return err;
+  if (auto err = check_buffers({&q, &dout, &dq, &dk, &dv}); err.failure()) return err;
   const auto q_dims = dims_of(q), k_dims = dims_of(k);
   if (auto err = expect_dims("attention output cotangent", dout, q_dims); err.failure()) return err;
   if (auto err = expect_dims("attention dq", dq, q_dims); err.failure()) return err;
@@ -253,7 +275,7 @@ ffi::Error check_attention_backward(const ffi::AnyBuffer& q, const ffi::AnyBuffe
 ffi::Error check_unary_grad(const ffi::AnyBuffer& x, const ffi::AnyBuffer& t,
                             const ffi::AnyBuffer& out, UnaryOp op, int64_t& count) {
   if (!in_range(op, kNumUnaryOps)) return invalid("unknown unary op code");
-  if (auto err = same_dtype({&x, &t, &out}); err.failure()) return err;
+  if (auto err = check_buffers({&x, &t, &out}); err.failure()) return err;
   if (auto err = expect_dims("unary_grad tangent", t, dims_of(x)); err.failure()) return err;
   if (auto err = expect_dims("unary_grad result", out, dims_of(x)); err.failure()) return err;
   count = static_cast<int64_t>(x.element_count());

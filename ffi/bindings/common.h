@@ -2,6 +2,8 @@
 // dispatch and error construction.
 #pragma once
 
+#include <exception>
+#include <new>
 #include <string>
 #include <type_traits>
 
@@ -35,6 +37,27 @@ ffi::Error dispatch_float(ffi::DataType dtype, Body&& body) {
       return invalid("unsupported dtype (expected float16, bfloat16, float32 or float64)");
   }
 }
+
+// Handler<Impl>::Call runs Impl and turns any C++ exception (a kernel's scratch
+// allocation failing with std::bad_alloc, ...) into an ffi::Error: nothing may unwind
+// through XLA's C API, which would abort the user's process.
+template <auto Impl>
+struct Handler;
+template <typename... Args, ffi::Error (*Impl)(Args...)>
+struct Handler<Impl> {
+  static ffi::Error Call(Args... args) noexcept {
+    try {
+      return Impl(std::move(args)...);
+    } catch (const std::bad_alloc&) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                        "oxijax: out of host memory (a kernel's scratch allocation failed)");
+    } catch (const std::exception& e) {
+      return ffi::Error::Internal(std::string("oxijax: internal error: ") + e.what());
+    } catch (...) {
+      return ffi::Error::Internal("oxijax: internal error (unknown exception)");
+    }
+  }
+};
 
 template <typename T>
 const T* typed(const ffi::AnyBuffer& buffer) {

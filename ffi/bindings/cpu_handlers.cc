@@ -119,14 +119,14 @@ ffi::Error AttentionBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::An
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary, UnaryImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary, Handler<UnaryImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<UnaryOp>("op"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary, BinaryImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary, Handler<BinaryImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
@@ -134,7 +134,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary, BinaryImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<BinaryOp>("op"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_reduce, ReduceImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_reduce, Handler<ReduceImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
@@ -142,7 +142,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_reduce, ReduceImpl,
                                   .Attr<ReduceOp>("op")
                                   .Attr<int64_t>("axis"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_gemm, GemmImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_gemm, Handler<GemmImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .RemainingArgs()
@@ -153,7 +153,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_gemm, GemmImpl,
                                   .Attr<double>("beta")
                                   .Attr<bool>("allow_tf32"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_conv2d, Conv2dImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_conv2d, Handler<Conv2dImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
@@ -164,7 +164,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_conv2d, Conv2dImpl,
                                   .Attr<int64_t>("pad_h")
                                   .Attr<int64_t>("pad_w"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention, AttentionImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention, Handler<AttentionImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
@@ -175,7 +175,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention, AttentionImpl,
                                   .Attr<double>("scale")
                                   .Attr<bool>("causal"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention_backward, AttentionBackwardImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention_backward, Handler<AttentionBackwardImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // q
@@ -250,7 +250,7 @@ ffi::Error Conv2dBackwardFilterImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi:
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary_grad, UnaryGradImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary_grad, Handler<UnaryGradImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
@@ -258,7 +258,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary_grad, UnaryGradImpl,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<UnaryOp>("op"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary_partial, BinaryPartialImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary_partial, Handler<BinaryPartialImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()
@@ -267,7 +267,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_binary_partial, BinaryPartialImpl,
                                   .Attr<BinaryOp>("op"));
 
 #define OXIJAX_CONV_BACKWARD_HANDLER(name, impl, size_h, size_w)     \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, impl,                          \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(name, Handler<impl>::Call,           \
                                 ffi::Ffi::Bind()                     \
                                     .Ctx<ffi::ThreadPool>()          \
                                     .Arg<ffi::AnyBuffer>()           \

@@ -140,7 +140,7 @@ ffi::Error AttentionBackwardImpl(cudaStream_t stream, ffi::ScratchAllocator scra
 
 // Handlers that only launch kernels are command-buffer (CUDA graph) compatible; reduce
 // is not, as it may take scratch memory.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary, UnaryImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary, Handler<UnaryImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -148,7 +148,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary, UnaryImpl,
                                   .Attr<UnaryOp>("op"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary, BinaryImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary, Handler<BinaryImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -157,7 +157,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary, BinaryImpl,
                                   .Attr<BinaryOp>("op"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_reduce, ReduceImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_reduce, Handler<ReduceImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Ctx<ffi::ScratchAllocator>()
@@ -166,7 +166,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_reduce, ReduceImpl,
                                   .Attr<ReduceOp>("op")
                                   .Attr<int64_t>("axis"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_gemm, GemmImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_gemm, Handler<GemmImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .RemainingArgs()
@@ -178,7 +178,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_gemm, GemmImpl,
                                   .Attr<bool>("allow_tf32"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d, Conv2dImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d, Handler<Conv2dImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -190,7 +190,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d, Conv2dImpl,
                                   .Attr<int64_t>("pad_w"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, AttentionImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, Handler<AttentionImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -203,7 +203,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, AttentionImpl,
                               {ffi::Traits::kCmdBufferCompatible});
 
 // Not command-buffer compatible: it takes scratch memory, like reduce.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_backward, AttentionBackwardImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_backward, Handler<AttentionBackwardImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Ctx<ffi::ScratchAllocator>()
@@ -302,7 +302,7 @@ ffi::Error Conv2dBackwardFilterImpl(cudaStream_t stream, ffi::ScratchAllocator s
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary_grad, UnaryGradImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary_grad, Handler<UnaryGradImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -311,7 +311,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary_grad, UnaryGradImpl,
                                   .Attr<UnaryOp>("op"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary_partial, BinaryPartialImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary_partial, Handler<BinaryPartialImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -321,7 +321,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary_partial, BinaryPartialImpl,
                               {ffi::Traits::kCmdBufferCompatible});
 
 // Not command-buffer compatible: it may take scratch memory (as reduce).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, Conv2dBackwardDataImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, Handler<Conv2dBackwardDataImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Ctx<ffi::ScratchAllocator>()
@@ -336,7 +336,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, Conv2dBackwardDataImpl,
                                   .Attr<int64_t>("input_w"));
 
 // Not command-buffer compatible: it may take scratch memory (as reduce).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_filter, Conv2dBackwardFilterImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_filter, Handler<Conv2dBackwardFilterImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Ctx<ffi::ScratchAllocator>()

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 
@@ -11,11 +12,16 @@ namespace {
 
 // Shared by the caller and the helper tasks; a task that starts after the loop has
 // finished sees no chunk left and touches nothing but this object, which it co-owns.
+// A chunk that throws (a kernel's scratch allocation failing) counts as done: the
+// first exception is kept for the caller, the chunks after it are skipped, and no
+// exception ever leaves a pool thread.
 struct LoopState {
   int64_t n, chunk, num_chunks;
   const std::function<void(int64_t, int64_t)>* body;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;  // the first failure; written under mu
   std::mutex mu;
   std::condition_variable cv;
 
@@ -23,8 +29,15 @@ struct LoopState {
   void work() {
     int64_t ran = 0;
     for (int64_t c; (c = next.fetch_add(1)) < num_chunks; ++ran) {
+      if (failed.load()) continue;
       const int64_t begin = c * chunk;
-      (*body)(begin, std::min(n, begin + chunk));
+      try {
+        (*body)(begin, std::min(n, begin + chunk));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        failed.store(true);
+      }
     }
     if (ran > 0 && done.fetch_add(ran) + ran == num_chunks) {
       std::lock_guard<std::mutex> lock(mu);
@@ -52,10 +65,15 @@ void Parallel::for_range(int64_t n, int64_t grain,
   state->num_chunks = (n + state->chunk - 1) / state->chunk;
   state->body = &body;
   const int64_t helpers = std::min(workers_, state->num_chunks - 1);
-  for (int64_t i = 0; i < helpers; ++i) schedule_([state] { state->work(); });
+  try {
+    for (int64_t i = 0; i < helpers; ++i) schedule_([state] { state->work(); });
+  } catch (...) {
+    // Could not hand out more tasks (out of memory): the caller does the rest itself.
+  }
   state->work();
   std::unique_lock<std::mutex> lock(state->mu);
   state->cv.wait(lock, [&] { return state->done.load() == state->num_chunks; });
+  if (state->error) std::rethrow_exception(state->error);
 }
 
 }  // namespace oxijax::cpu

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from oxijax import _oxijax
+from oxijax.backend._errors import OutOfMemory
 from oxijax.backend._pointer import PointerBackend
 
 _native = _oxijax.backend
-_ALIGN = 64  # bytes; every allocation starts on a cache line
 
 
 class CpuBackend(PointerBackend):
@@ -23,10 +21,19 @@ class CpuBackend(PointerBackend):
         self._device = None
 
     def _allocate(self, nbytes: int) -> tuple[int, object]:
-        # The NumPy buffer owns the memory: freeing drops it, an exported JAX view keeps it.
-        buffer = np.empty(nbytes + _ALIGN - 1, dtype=np.uint8)
-        offset = -buffer.ctypes.data % _ALIGN
-        return buffer.ctypes.data + offset, buffer
+        # The HostAllocation owns the memory (64-byte aligned): freeing drops it, an
+        # exported JAX view keeps it. _oxijax.backend.live_host_allocations() counts them.
+        try:
+            memory = _native.HostAllocation(nbytes)
+        except MemoryError:
+            raise OutOfMemory(nbytes, host=True) from None
+        return memory.address, memory
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except MemoryError:  # a kernel's scratch allocation (std::bad_alloc)
+            raise OutOfMemory(host=True) from None
 
     def _copy_in(self, dst: int, src_address: int, nbytes: int) -> None:
         _native.host_copy(dst, src_address, nbytes)

@@ -44,18 +44,20 @@ class DeviceError(BackendError, RuntimeError):
 
 
 class OutOfMemory(BackendError, MemoryError):
-    """An allocation the device (or host) could not satisfy; the backend stays usable."""
+    """An allocation the device (or host) could not satisfy; the backend stays usable.
+    ``host``: CpuBackend's device, the host, ran out (no GPU hint then)."""
 
     def __init__(self, nbytes: int | None = None, code: int | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, host: bool = False) -> None:
         self.nbytes = nbytes
         self.code = code
         self.name = name
         wanted = f" ({nbytes} bytes requested)" if nbytes is not None else ""
-        super().__init__(
-            f"out of device memory{wanted}. If JAX runs in this process it preallocates most "
-            "of the GPU's memory by default: set XLA_PYTHON_CLIENT_PREALLOCATE=false (or a "
-            "smaller XLA_PYTHON_CLIENT_MEM_FRACTION) before importing jax")
+        hint = ("the host could not provide it" if host else
+                "If JAX runs in this process it preallocates most of the GPU's memory by "
+                "default: set XLA_PYTHON_CLIENT_PREALLOCATE=false (or a smaller "
+                "XLA_PYTHON_CLIENT_MEM_FRACTION) before importing jax")
+        super().__init__(f"out of device memory{wanted}. {hint}")
 
 
 def from_driver(error: Exception, nbytes: int | None = None) -> BackendError:

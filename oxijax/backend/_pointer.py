@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 
 import numpy as np
 
@@ -53,6 +54,9 @@ class PointerBackend(ComputeBackend):
             if not self._initialized:
                 self._start()
                 self._initialized = True
+                # Frees what is still allocated when the backend is collected or, at the
+                # latest, at interpreter exit (without close()). No reference to self.
+                self._finalizer = weakref.finalize(self, self._tracker.clear)
 
     def is_initialized(self) -> bool:
         return self._initialized
@@ -64,6 +68,7 @@ class PointerBackend(ComputeBackend):
             if not self._initialized:
                 return
             self._initialized = False
+            self._finalizer.detach()
             owners = self._tracker.clear()
             del owners  # the last reference to own memory: it is freed here
             self._stop()

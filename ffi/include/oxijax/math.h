@@ -14,8 +14,12 @@ namespace oxijax {
 
 template <UnaryOp op> struct Unary;
 template <> struct Unary<UnaryOp::RELU> {
-  // x < 0 is false for NaN, so NaN passes through as in jax.nn.relu.
-  template <typename A> OXIJAX_HD A operator()(A x) const { return x < A(0) ? A(0) : x; }
+  // NaN passes through as in jax.nn.relu. Only x > 0 is kept, so that a negative
+  // subnormal, which compares equal to 0 where subnormals are flushed (XLA's threads),
+  // becomes 0 rather than a negative result.
+  template <typename A> OXIJAX_HD A operator()(A x) const {
+    return (x > A(0) || x != x) ? x : A(0);
+  }
 };
 template <> struct Unary<UnaryOp::SIGMOID> {
   template <typename A> OXIJAX_HD A operator()(A x) const {
