@@ -99,7 +99,7 @@ void bind_backend(nb::module_& parent) {
   nb::class_<HostAllocation>(m, "HostAllocation",
                              "Aligned host memory, freed with the object (MemoryError if the "
                              "host cannot provide it).")
-      .def(nb::init<size_t>(), nb::call_guard<nb::gil_scoped_release>())
+      .def(nb::init<size_t>(), "nbytes"_a, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("address", &HostAllocation::address)
       .def_prop_ro("size", &HostAllocation::size);
   m.def("live_host_allocations", &HostAllocation::live_count,
@@ -113,7 +113,7 @@ void bind_backend(nb::module_& parent) {
                    static_cast<long long>(HostAllocation::live_count()),
                    static_cast<long long>(HostAllocation::live_bytes()));
     });
-  });
+  }, "At interpreter exit, after finalisation, prints the live host allocations to stderr.");
 
   nb::class_<CpuDevice> cpu(m, "CpuDevice");
   cpu.def(nb::init<>());

@@ -7,6 +7,30 @@ from typing import Any
 class DriverError(RuntimeError):
     pass
 
+class HostAllocation:
+    """
+    Aligned host memory, freed with the object (MemoryError if the host cannot provide it).
+    """
+
+    def __init__(self, nbytes: int) -> None: ...
+
+    @property
+    def address(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+def live_host_allocations() -> int:
+    """How many HostAllocations this process holds."""
+
+def live_host_bytes() -> int:
+    """The bytes they hold."""
+
+def report_live_host_memory_at_exit() -> None:
+    """
+    At interpreter exit, after finalisation, prints the live host allocations to stderr.
+    """
+
 class CpuDevice:
     def __init__(self) -> None: ...
 
