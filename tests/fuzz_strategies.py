@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, settings
@@ -67,7 +68,7 @@ def values(shape, dtype, seed, low=-2.0, high=2.0, specials=0.0):
     if specials and x.size:
         mask = rng.random(x.shape) < specials
         x[mask] = rng.choice(SPECIALS, int(mask.sum()))
-    return jnp.asarray(x.astype(np.dtype(dtype)))
+    return jax.device_put(x.astype(np.dtype(dtype)))  # jnp.asarray compiles per shape
 
 
 def prod(shape) -> int:

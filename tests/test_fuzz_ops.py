@@ -25,6 +25,10 @@ from oxijax import BinaryOp, ReduceOp, UnaryOp
 
 pytestmark = pytest.mark.fuzz
 
+# One XLA program per shape (eagerly, their reshapes and slices would compile one each).
+jit_gemm = jax.jit(oxijax.gemm, static_argnames=("trans_a", "trans_b", "alpha", "beta", "precision"))
+jit_conv2d = jax.jit(oxijax.conv2d, static_argnames=("stride", "padding"))
+jit_attention = jax.jit(oxijax.attention, static_argnames=("scale", "causal"))
 REDUCE_REFERENCE = {ReduceOp.SUM: np.sum, ReduceOp.MAX: np.max, ReduceOp.MIN: np.min,
                     ReduceOp.MEAN: np.mean}
 
@@ -107,8 +111,8 @@ def test_gemm(problem, trans_a, trans_b, alpha, beta, c_form, precision, dtype, 
     c = None if c_shape is None else values(c_shape, dtype, seed + 2, specials=1.0 * (beta == 0))
     if c is None and beta != 0:
         beta = 0.0
-    out = oxijax.gemm(a, b, c, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
-                      precision=precision)
+    out = jit_gemm(a, b, c, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+                   precision=precision)
     assert out.shape == out_shape and out.dtype == a.dtype
     op_a = np.swapaxes(f64(a), -1, -2) if trans_a in "TCtc" else f64(a)
     op_b = np.swapaxes(f64(b), -1, -2) if trans_b in "TCtc" else f64(b)
@@ -141,8 +145,8 @@ def test_conv2d(problem, int_args, dtype, seed):
     x, w = values(x_shape, dtype, seed), values(w_shape, dtype, seed + 1)
     # An int stands for both sides (only when they agree).
     stride_arg = stride[0] if int_args and stride[0] == stride[1] else stride
-    padding_arg = padding[0] if int_args and padding[0] == padding[1] else list(padding)
-    out = oxijax.conv2d(x, w, stride=stride_arg, padding=padding_arg)
+    padding_arg = padding[0] if int_args and padding[0] == padding[1] else padding
+    out = jit_conv2d(x, w, stride=stride_arg, padding=padding_arg)
     expected = conv_reference(x, w, stride, padding)
     assert out.shape == expected.shape and out.dtype == x.dtype
     scale = 4.0 * np.sqrt(x_shape[1] * w_shape[2] * w_shape[3]) + 1.0
@@ -170,7 +174,7 @@ def test_attention(problem, causal, scale_factor, dtype, seed):
     v = values((b, h, skv, d), dtype, seed + 2)
     # scale is relative to 1/sqrt(D): larger ones make the softmax ill-conditioned.
     scale = None if scale_factor is None else scale_factor / np.sqrt(d)
-    out = oxijax.attention(q, k, v, scale=scale, causal=causal)
+    out = jit_attention(q, k, v, scale=scale, causal=causal)
     assert out.shape == q.shape and out.dtype == q.dtype
     if skv == 0:  # no key at all: every query row yields zeros
         expected = np.zeros(q.shape)
@@ -191,7 +195,12 @@ not_arrays = st.sampled_from(["text", None, object(), {"a": 1}, b"bytes"])
 
 
 def bad_dtype_array(draw, shape):
-    return jnp.zeros(shape, draw(bad_dtypes))
+    return jax.device_put(np.zeros(shape, draw(bad_dtypes)))
+
+
+def recast(x, dtype):
+    """x in another dtype, converted on the host (astype would compile per shape)."""
+    return jax.device_put(np.asarray(x).astype(np.dtype(dtype)))
 
 
 def other_dtype(draw, dtype):
@@ -250,7 +259,7 @@ def binary_fault(draw, kind):
         a, b = values(a_shape, dtype, 0), values(b_shape, dtype, 1)
         return (lambda: oxijax.binary(a, b, "add")), ValueError, "do not broadcast"
     if kind == "mixed":
-        b = b.astype(other_dtype(draw, dtype))
+        b = recast(b, other_dtype(draw, dtype))
         return (lambda: oxijax.binary(a, b, "mul")), TypeError, "share one dtype"
     if kind == "dtype":
         bad = bad_dtype_array(draw, b_shape)
@@ -351,8 +360,8 @@ def gemm_fault(draw, kind):
     if kind == "mixed":
         other = other_dtype(draw, dtype)
         if draw(st.booleans()):
-            return (lambda: oxijax.gemm(a, b.astype(other))), TypeError, "share one dtype"
-        return (lambda: oxijax.gemm(a, b, c.astype(other), beta=1.0)), TypeError, "share one dtype"
+            return (lambda: oxijax.gemm(a, recast(b, other))), TypeError, "share one dtype"
+        return (lambda: oxijax.gemm(a, b, recast(c, other), beta=1.0)), TypeError, "share one dtype"
     if kind == "dtype":
         bad = bad_dtype_array(draw, (k, n))
         return (lambda: oxijax.gemm(a, bad)), TypeError, "b must have dtype"
@@ -404,7 +413,7 @@ def conv_fault(draw, kind):
         big = values((k, c, h + 2 * pad + draw(st.integers(1, 3)), s), dtype, 1)
         return (lambda: oxijax.conv2d(x, big, padding=pad)), ValueError, "larger than the padded input"
     if kind == "mixed":
-        w2 = w.astype(other_dtype(draw, dtype))
+        w2 = recast(w, other_dtype(draw, dtype))
         return (lambda: oxijax.conv2d(x, w2)), TypeError, "share one dtype"
     if kind == "dtype":
         bad = bad_dtype_array(draw, x.shape)
@@ -457,7 +466,7 @@ def attention_fault(draw, kind):
     if kind == "mixed":
         which = draw(st.sampled_from(["k", "v"]))
         args = {"q": q, "k": k, "v": v}
-        args[which] = args[which].astype(other_dtype(draw, dtype))
+        args[which] = recast(args[which], other_dtype(draw, dtype))
         return (lambda: oxijax.attention(**args)), TypeError, "share one dtype"
     if kind == "no_head_dim":
         q0, k0 = values((b, h, sq, 0), dtype, 0), values((b, h, skv, 0), dtype, 1)
