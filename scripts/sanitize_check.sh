@@ -25,6 +25,6 @@ export OXIJAX_EXTENSION="$extension" OXIJAX_EXPECT_SANITIZED=1 OXIJAX_CUDA=OFF
 cd tests
 # The op tests (subprocesses such as nvcc must not inherit the preloaded runtime).
 tests=(test_build.py test_errors.py test_elementwise.py test_reduce.py test_gemm.py
-       test_conv2d.py test_attention.py test_properties.py)
+       test_conv2d.py test_attention.py test_fuzz_ops.py test_fuzz_backend.py)
 [ "$#" -gt 0 ] && tests=("$@")
 "$python" -m pytest -q -p no:cacheprovider -k "not test_shared_math_compiles_for_cuda" "${tests[@]}"

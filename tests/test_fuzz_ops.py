@@ -6,6 +6,8 @@ reference; invalid draws raise the documented TypeError/ValueError naming the ar
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +16,7 @@ from conftest import assert_close, f64
 from fuzz_strategies import (
     DTYPES, broadcast_pairs, dtypes, fuzz_settings, prod, seeds, shapes, sides, values,
 )
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_attention import reference as attention_reference
 from test_conv2d import reference as conv_reference
@@ -485,3 +487,124 @@ ATTENTION_FAULTS = ["rank", "kv_mismatch", "k_v_differ", "scale_low", "scale_non
 @given(data=st.data(), kind=st.sampled_from(ATTENTION_FAULTS))
 def test_attention_invalid(data, kind):
     expect(attention_fault(data.draw, kind))
+
+
+# -- gradients (lighter: half the profile's draws) ----------------------------------
+# vjp through oxijax (one jitted program per shape) against analytic NumPy float64
+# gradients, in float32 and float64; inputs stay off kinks, ties and poles.
+
+light_settings = settings(fuzz_settings,
+                          max_examples=max(settings.default.max_examples // 2, 10))
+grad_dtypes = st.sampled_from([jnp.float32, jnp.float64])
+UNARY_DERIVATIVE = {
+    UnaryOp.RELU: lambda x: (x > 0) * 1.0,
+    UnaryOp.SIGMOID: lambda x: np.exp(-x) / (1 + np.exp(-x)) ** 2,
+    UnaryOp.TANH: lambda x: 1 - np.tanh(x) ** 2,
+    UnaryOp.EXP: np.exp,
+    UnaryOp.LOG: lambda x: 1 / x,
+    UnaryOp.SQRT: lambda x: 0.5 / np.sqrt(x),
+    UnaryOp.ABS: np.sign,
+    UnaryOp.NEG: lambda x: -np.ones_like(x),
+}
+BINARY_PARTIALS = {  # (d/da, d/db)
+    BinaryOp.ADD: (lambda a, b: np.ones_like(a), lambda a, b: np.ones_like(b)),
+    BinaryOp.SUB: (lambda a, b: np.ones_like(a), lambda a, b: -np.ones_like(b)),
+    BinaryOp.MUL: (lambda a, b: b, lambda a, b: a),
+    BinaryOp.DIV: (lambda a, b: 1 / b, lambda a, b: -a / b**2),
+    BinaryOp.MAX: (lambda a, b: (a > b) * 1.0, lambda a, b: (b > a) * 1.0),
+    BinaryOp.MIN: (lambda a, b: (a < b) * 1.0, lambda a, b: (b < a) * 1.0),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def jit_vjp(fn, **static):
+    """A jitted (primals, cotangent) -> gradients of fn(*primals, **static)."""
+    def pullback(primals, cotangent):
+        return jax.vjp(lambda *p: fn(*p, **static), *primals)[1](cotangent)
+    return jax.jit(pullback)
+
+
+def unbroadcast(grad, shape):
+    """Sums grad over the axes that broadcasting added or stretched from 1 to shape."""
+    grad = grad.sum(axis=tuple(range(grad.ndim - len(shape))))
+    return grad.sum(axis=tuple(i for i, s in enumerate(shape) if s == 1), keepdims=True)
+
+
+def off_kinks(x, low):
+    """Moves values within 0.1 of 0 (relu, abs, div's pole) or below low away."""
+    x = np.where(np.abs(x) < 0.1, 0.5, x)
+    return np.maximum(x, low)
+
+
+@light_settings
+@given(shape=shapes(max_dims=3, max_size=512), op=st.sampled_from(list(UnaryOp)),
+       dtype=grad_dtypes, seed=seeds)
+def test_unary_vjp(shape, op, dtype, seed):
+    low = 0.3 if op in (UnaryOp.LOG, UnaryOp.SQRT) else -np.inf
+    x = off_kinks(f64(values(shape, dtype, seed)), low).astype(dtype)
+    g = f64(values(shape, dtype, seed + 1))
+    (dx,) = jit_vjp(oxijax.unary, op=op)((jax.device_put(x),), jax.device_put(g.astype(dtype)))
+    assert_close(dx, g * UNARY_DERIVATIVE[op](f64(x)), dtype, factor=4.0)
+
+
+@light_settings
+@given(pair=broadcast_pairs(max_size=512), op=st.sampled_from(list(BinaryOp)),
+       dtype=grad_dtypes, seed=seeds)
+def test_binary_vjp(pair, op, dtype, seed):
+    a = f64(values(pair[0], dtype, seed))
+    b = off_kinks(f64(values(pair[1], dtype, seed + 1)), -np.inf).astype(dtype)
+    out_shape = np.broadcast_shapes(a.shape, b.shape)
+    g = f64(values(out_shape, dtype, seed + 2))
+    primals = (jax.device_put(a.astype(dtype)), jax.device_put(b))
+    da, db = jit_vjp(oxijax.binary, op=op)(primals, jax.device_put(g.astype(dtype)))
+    partial_a, partial_b = BINARY_PARTIALS[op]
+    a, b = np.broadcast_to(a, out_shape), np.broadcast_to(f64(b), out_shape)
+    assert_close(da, unbroadcast(g * partial_a(a, b), pair[0]).reshape(pair[0]), dtype, factor=4.0)
+    assert_close(db, unbroadcast(g * partial_b(a, b), pair[1]).reshape(pair[1]), dtype, factor=4.0)
+
+
+@light_settings
+@given(shape=shapes(min_dims=1, max_dims=3, max_size=512, min_side=1), data=st.data(),
+       op=st.sampled_from(list(ReduceOp)), dtype=grad_dtypes, seed=seeds)
+def test_reduce_vjp(shape, data, op, dtype, seed):
+    axis = data.draw(st.integers(0, len(shape) - 1), label="axis")
+    x = f64(values(shape, dtype, seed))
+    g = np.expand_dims(f64(values(shape[:axis] + shape[axis + 1:], dtype, seed + 1)), axis)
+    (dx,) = jit_vjp(oxijax.reduce, op=op, axis=axis)((jax.device_put(x.astype(dtype)),),
+                                                      jax.device_put(g.squeeze(axis).astype(dtype)))
+    if op is ReduceOp.SUM:
+        expected = np.broadcast_to(g, shape)
+    elif op is ReduceOp.MEAN:
+        expected = np.broadcast_to(g / shape[axis], shape)
+    else:  # the gradient goes to the extremum (ties have probability ~0 here)
+        pick = np.argmax if op is ReduceOp.MAX else np.argmin
+        expected = g * (np.arange(shape[axis]).reshape([-1] + [1] * (len(shape) - axis - 1))
+                        == np.expand_dims(pick(x, axis=axis), axis))
+    assert_close(dx, expected, dtype, factor=4.0)
+
+
+@light_settings
+@given(batch=broadcast_pairs(max_size=4).filter(lambda p: max(map(len, p)) <= 2),
+       m=sides(33, minimum=1), n=sides(33, minimum=1), k=sides(33, minimum=1),
+       trans_a=st.sampled_from("NT"), trans_b=st.sampled_from("NT"), alpha=st.floats(-2, 2),
+       beta=st.sampled_from([0.0, 1.5]), dtype=grad_dtypes, seed=seeds)
+def test_gemm_vjp(batch, m, n, k, trans_a, trans_b, alpha, beta, dtype, seed):
+    a_shape = (*batch[0], *((k, m) if trans_a == "T" else (m, k)))
+    b_shape = (*batch[1], *((n, k) if trans_b == "T" else (k, n)))
+    out_shape = (*np.broadcast_shapes(batch[0], batch[1]), m, n)
+    a, b, c = (f64(values(s, dtype, seed + i)) for i, s in enumerate((a_shape, b_shape, out_shape)))
+    g = f64(values(out_shape, dtype, seed + 3))
+    primals = tuple(jax.device_put(t.astype(dtype)) for t in ((a, b, c) if beta else (a, b)))
+    grads = jit_vjp(oxijax.gemm, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta)(
+        primals, jax.device_put(g.astype(dtype)))
+    op_a = np.swapaxes(a, -1, -2) if trans_a == "T" else a
+    op_b = np.swapaxes(b, -1, -2) if trans_b == "T" else b
+    d_op_a = alpha * g @ np.swapaxes(op_b, -1, -2)
+    d_op_b = alpha * np.swapaxes(op_a, -1, -2) @ g
+    d_a = np.swapaxes(d_op_a, -1, -2) if trans_a == "T" else d_op_a
+    d_b = np.swapaxes(d_op_b, -1, -2) if trans_b == "T" else d_op_b
+    scale = 4.0 * np.sqrt(max(m, n, k)) + 2.0
+    assert_close(grads[0], unbroadcast(d_a, a_shape).reshape(a_shape), dtype, scale=scale, factor=4.0)
+    assert_close(grads[1], unbroadcast(d_b, b_shape).reshape(b_shape), dtype, scale=scale, factor=4.0)
+    if beta:
+        assert_close(grads[2], beta * g, dtype, factor=4.0)
