@@ -27,7 +27,7 @@ cd tests
 # The op tests (subprocesses such as nvcc must not inherit the preloaded runtime).
 # (test_failure_paths.py is left out: its address-space limits starve ASan's shadow memory.)
 tests=(test_build.py test_errors.py test_elementwise.py test_reduce.py test_gemm.py
-       test_conv2d.py test_attention.py test_properties.py test_numerics.py test_grad.py
+       test_conv2d.py test_attention.py test_fuzz_ops.py test_fuzz_backend.py test_numerics.py test_grad.py
        test_attention_grad.py test_backend.py test_backend_compute.py test_leaks.py)
 [ "$#" -gt 0 ] && tests=("$@")
 "$python" -m pytest -q -p no:cacheprovider -k "not test_shared_math_compiles_for_cuda" "${tests[@]}"

@@ -58,9 +58,10 @@ def dtype(request):
 
 def random(shape, dtype, seed=0, low=-2.0, high=2.0):
     """Uniform values in [low, high), exactly representable in dtype. Converted on the host
-    (ml_dtypes), so that no XLA computation is compiled for each new shape."""
+    (ml_dtypes) and transferred with device_put, so that no XLA computation is compiled for
+    each new shape (jnp.asarray compiles a copy per shape and dtype)."""
     values = np.random.default_rng(seed).uniform(low, high, size=shape)
-    return jnp.asarray(values.astype(np.dtype(dtype)))
+    return jax.device_put(values.astype(np.dtype(dtype)))
 
 
 def f64(x) -> np.ndarray:

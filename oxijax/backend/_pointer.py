@@ -258,11 +258,12 @@ class PointerBackend(ComputeBackend):
                                   f"{len(shape)} dimensions")
         axis %= len(shape)
         _, code, size = checks.dtype_of(dtype, "float32")
+        # Like jnp (and oxijax.reduce): an error even when the result is empty too.
+        if shape[axis] == 0 and op in (ReduceOp.MAX, ReduceOp.MIN):
+            raise InvalidArgument(f"{op.name.lower()} over an empty axis has no identity")
         outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
         if outer * inner == 0:
             return
-        if shape[axis] == 0 and op in (ReduceOp.MAX, ReduceOp.MIN):
-            raise InvalidArgument(f"{op.name.lower()} over an empty axis has no identity")
         input_ptr = checks.pointer(input_ptr, "input_ptr")
         output_ptr = checks.pointer(output_ptr, "output_ptr")
         operands = [(input_ptr, math.prod(shape) * size, "input_ptr"),
