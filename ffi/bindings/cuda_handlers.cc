@@ -23,6 +23,20 @@ ffi::Error launched(cudaError_t status, const char* op) {
                               cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
 }
 
+// `bytes` (256-byte aligned) of XLA's scratch memory for a kernel's workspace, or
+// nullptr when it needs none. Never cudaMalloc: XLA owns and reuses this memory.
+ffi::Error scratch_workspace(ffi::ScratchAllocator& scratch, size_t bytes, const char* what,
+                             void*& workspace) {
+  workspace = nullptr;
+  if (bytes == 0) return ffi::Error::Success();
+  std::optional<void*> allocated = scratch.Allocate(bytes, 256);
+  if (!allocated)
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted,
+                      std::string("oxijax: no scratch memory for the ") + what);
+  workspace = *allocated;
+  return ffi::Error::Success();
+}
+
 ffi::Error UnaryImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                      UnaryOp op) {
   int64_t n;
@@ -49,12 +63,9 @@ ffi::Error ReduceImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::A
   ReduceShape shape;
   if (auto err = check_reduce(x, *out, op, axis, shape); err.failure()) return err;
   const size_t bytes = cuda::reduce_workspace_bytes(shape, ffi::ByteWidth(x.element_type()));
-  void* workspace = nullptr;
-  if (bytes > 0) {
-    std::optional<void*> allocated = scratch.Allocate(bytes, 256);
-    if (!allocated) return ffi::Error::Internal("oxijax: no scratch memory for the reduce workspace");
-    workspace = *allocated;
-  }
+  void* workspace;
+  if (auto err = scratch_workspace(scratch, bytes, "reduce workspace", workspace); err.failure())
+    return err;
   return dispatch_float(x.element_type(), [&](auto t) {
     using T = decltype(t);
     return launched(cuda::reduce(stream, op, shape, typed<T>(x), typed<T>(out), workspace),
@@ -119,13 +130,10 @@ ffi::Error AttentionBackwardImpl(cudaStream_t stream, ffi::ScratchAllocator scra
     return err;
   const size_t bytes =
       cuda::attention_backward_workspace_bytes(shape, ffi::ByteWidth(q.element_type()));
-  void* workspace = nullptr;
-  if (bytes > 0) {
-    std::optional<void*> allocated = scratch.Allocate(bytes, 256);
-    if (!allocated)
-      return ffi::Error::Internal("oxijax: no scratch memory for the attention backward workspace");
-    workspace = *allocated;
-  }
+  void* workspace;
+  if (auto err = scratch_workspace(scratch, bytes, "attention backward workspace", workspace);
+      err.failure())
+    return err;
   return dispatch_float(q.element_type(), [&](auto t) {
     using T = decltype(t);
     return launched(cuda::attention_backward(stream, shape, typed<T>(q), typed<T>(k),
@@ -258,13 +266,9 @@ ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scr
     return err;
   const size_t bytes =
       cuda::conv2d_backward_data_workspace_bytes(shape, ffi::ByteWidth(dy.element_type()));
-  void* workspace = nullptr;
-  if (bytes > 0) {
-    std::optional<void*> allocated = scratch.Allocate(bytes, 256);
-    if (!allocated)
-      return ffi::Error::Internal("oxijax: no scratch memory for the conv2d data gradient");
-    workspace = *allocated;
-  }
+  void* workspace;
+  if (auto err = scratch_workspace(scratch, bytes, "conv2d data gradient", workspace); err.failure())
+    return err;
   return dispatch_float(dy.element_type(), [&](auto tag) {
     using T = decltype(tag);
     return launched(cuda::conv2d_backward_data(stream, shape, typed<T>(dy), typed<T>(w),
@@ -285,13 +289,9 @@ ffi::Error Conv2dBackwardFilterImpl(cudaStream_t stream, ffi::ScratchAllocator s
     return err;
   const size_t bytes =
       cuda::conv2d_backward_filter_workspace_bytes(shape, ffi::ByteWidth(x.element_type()));
-  void* workspace = nullptr;
-  if (bytes > 0) {
-    std::optional<void*> allocated = scratch.Allocate(bytes, 256);
-    if (!allocated)
-      return ffi::Error::Internal("oxijax: no scratch memory for the conv2d filter gradient");
-    workspace = *allocated;
-  }
+  void* workspace;
+  if (auto err = scratch_workspace(scratch, bytes, "conv2d filter gradient", workspace); err.failure())
+    return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = decltype(tag);
     return launched(cuda::conv2d_backward_filter(stream, shape, typed<T>(x), typed<T>(dy),
