@@ -267,7 +267,8 @@ ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scr
   const size_t bytes =
       cuda::conv2d_backward_data_workspace_bytes(shape, ffi::ByteWidth(dy.element_type()));
   void* workspace;
-  if (auto err = scratch_workspace(scratch, bytes, "conv2d data gradient", workspace); err.failure())
+  if (auto err = scratch_workspace(scratch, bytes, "conv2d data gradient", workspace);
+      err.failure())
     return err;
   return dispatch_float(dy.element_type(), [&](auto tag) {
     using T = decltype(tag);
@@ -290,7 +291,8 @@ ffi::Error Conv2dBackwardFilterImpl(cudaStream_t stream, ffi::ScratchAllocator s
   const size_t bytes =
       cuda::conv2d_backward_filter_workspace_bytes(shape, ffi::ByteWidth(x.element_type()));
   void* workspace;
-  if (auto err = scratch_workspace(scratch, bytes, "conv2d filter gradient", workspace); err.failure())
+  if (auto err = scratch_workspace(scratch, bytes, "conv2d filter gradient", workspace);
+      err.failure())
     return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = decltype(tag);
