@@ -24,6 +24,7 @@ def _unary_batching(args, dims, *, op):
 unary_p = _primitive.define(
     "unary", abstract_eval=_unary_abstract_eval, batching_rule=_unary_batching,
     factors=_sharding.elementwise,
+    nan_free=lambda op: op in (UnaryOp.RELU, UnaryOp.ABS, UnaryOp.NEG),
 )
 
 
@@ -67,6 +68,8 @@ def _binary_batching(args, dims, *, op):
 binary_p = _primitive.define(
     "binary", abstract_eval=_binary_abstract_eval, batching_rule=_binary_batching,
     factors=_sharding.elementwise,
+    nan_free=lambda op: op in (BinaryOp.MAX, BinaryOp.MIN),
+    divisor=lambda op: 1 if op is BinaryOp.DIV else None,
 )
 
 

@@ -92,7 +92,7 @@ binary_partial_p = _primitive.define(
         jnp.broadcast_shapes(a.shape, b.shape), a.dtype),
     batching_rule=lambda args, dims, **params: (
         binary_partial_p.bind(*lift_batch(args, dims), **params), 0),
-    factors=_sharding.elementwise,
+    factors=_sharding.elementwise, nan_free=lambda op: True,  # 0, 1/2 or 1
 )
 
 def _binary_partial_jvp(primals, tangents, *, op):

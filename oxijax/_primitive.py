@@ -3,11 +3,19 @@
 Each op is a primitive of its own (``oxijax_gemm`` ...) with an abstract evaluation, a
 lowering to its FFI target on every platform with registered handlers, and a batching
 rule that folds vmap's axis into the kernel's own batch dimension.
+
+Results are typed as JAX types the results of its own (lax) primitives: inside
+``jax.shard_map`` an operand that varies over fewer manual axes than another is
+``pvary``'d first, so that a result varies over the union of its operands' axes and
+the transpose puts the ``psum`` where JAX would; weak_type is that of all operands.
+Eager calls, ``jax.disable_jit``, ``jax_debug_nans``/``jax_debug_infs`` and checkify's
+float checks treat oxijax primitives as they treat lax's.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +23,7 @@ import jax
 import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
+from jax.sharding import NamedSharding, PartitionSpec
 
 from oxijax import _sharding
 from oxijax._enums import _OpEnum
@@ -43,9 +52,92 @@ def _ffi_lowering(target: str) -> Callable[..., Any]:
     return rule
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled(primitive: Primitive, params: tuple[tuple[str, Any], ...]) -> Callable[..., Any]:
-    return jax.jit(functools.partial(primitive.bind, **dict(params)))
+def _private(module: str, *names: str) -> Any:
+    """The first of `names` in jax._src.<module>, or None: JAX renames its internals
+    between versions, and each use below has a fallback."""
+    try:
+        found = importlib.import_module(f"jax._src.{module}")
+    except ImportError:
+        return None
+    return next((getattr(found, name) for name in names if hasattr(found, name)), None)
+
+
+def _float_checks(primitive: Primitive, nan_free: Callable[..., bool],
+                  divisor: Callable[..., int | None]) -> None:
+    """Registers checkify's float checks for `primitive`, as checkify does for lax's:
+    a NaN in the results (unless nan_free(**params): ops that only select or negate,
+    like lax's max and abs, are not checked) and, for a division, a zero divisor
+    (operand `divisor(**params)`). Without checkify's private table, nothing is checked."""
+    checkify = importlib.import_module("jax._src.checkify")
+    if not all(hasattr(checkify, name) for name in (
+            "error_checks", "nan_error_check", "assert_func", "DivisionByZeroError")):
+        return
+
+    def rule(error, enabled_errors, *args, **params):
+        index = divisor(**params)
+        if index is not None and checkify.DivisionByZeroError in enabled_errors:
+            error = checkify.assert_func(error, jax.numpy.any(args[index] == 0),
+                                         checkify.DivisionByZeroError(checkify.get_traceback()))
+        if nan_free(**params):
+            return error, primitive.bind(*args, **params)
+        return checkify.nan_error_check(primitive, error, enabled_errors, *args, **params)
+
+    checkify.error_checks[primitive] = rule
+
+
+# lax's own rules. Without them (another JAX) oxijax results do not vary over manual
+# axes, and eager calls run a cached single-op jit (which disable_jit cannot turn off).
+_insert_pvary = _private("core", "auto_insert_reshard", "standard_insert_pvary")
+_vma_rule = _private("core", "standard_vma_rule")
+_apply_primitive = _private("dispatch", "apply_primitive")
+
+
+class _Primitive(Primitive):
+    """A primitive that pvary's its operands to their union of varying manual axes
+    before binding, as lax's primitives do (a no-op outside shard_map)."""
+
+    def bind(self, *args, **params):
+        if _insert_pvary is not None:
+            args = _insert_pvary(*args)
+        return super().bind(*args, **params)
+
+
+def _typed(name: str, abstract_eval: Callable[..., Any], multiple_results: bool
+           ) -> Callable[..., Any]:
+    """abstract_eval with its results typed as lax types its own: weak_type if every
+    operand is weak, varying over the operands' (equal, after bind's pvary) manual axes,
+    replicated on the current mesh."""
+    get_mesh = getattr(jax.sharding, "get_abstract_mesh", None)
+
+    def rule(*avals, **params):
+        out = abstract_eval(*avals, **params)
+        if _vma_rule is None or get_mesh is None:
+            return out
+        _vma_rule(name, *avals)  # raises if the operands vary over different axes
+        like, weak = avals[0], all(a.weak_type for a in avals)
+        sharding = NamedSharding(get_mesh(), PartitionSpec())
+        typed = [like.update(shape=o.shape, dtype=o.dtype, weak_type=weak, sharding=sharding)
+                 for o in (out if multiple_results else [out])]
+        return typed if multiple_results else typed[0]
+
+    return rule
+
+
+def _impl(primitive: Primitive) -> Callable[..., Any]:
+    """Eager calls: JAX's impl of its own primitives (a cached single-op jit that runs
+    under disable_jit, and that debug_nans/debug_infs check), or that jit directly."""
+    if _apply_primitive is not None:
+        return functools.partial(_apply_primitive, primitive)
+
+    @functools.lru_cache(maxsize=None)
+    def compiled(params: tuple[tuple[str, Any], ...]) -> Callable[..., Any]:
+        return jax.jit(functools.partial(primitive.bind, **dict(params)))
+
+    def impl(*args, **params):
+        with jax.disable_jit(False):
+            return compiled(tuple(sorted(params.items())))(*args)
+
+    return impl
 
 
 def _not_built(name: str) -> Callable[..., Any]:
@@ -65,19 +157,22 @@ def define(
     batching_rule: Callable[..., Any],
     multiple_results: bool = False,
     factors: Callable[..., _sharding.Factors] | None = None,
+    nan_free: Callable[..., bool] = lambda **params: False,
+    divisor: Callable[..., int | None] = lambda **params: None,
 ) -> Primitive:
     """Creates ``oxijax_<name>``, lowered to the FFI target of the same name.
 
     Parameters passed to ``bind`` must be hashable; they become FFI attributes.
     ``factors(avals_in, avals_out, **params)`` describes the op's dims for sharded
     inputs (see _sharding.py); without it, sharded operands are gathered first.
+    ``nan_free(**params)``: the op never makes a NaN of non-NaN operands;
+    ``divisor(**params)``: the operand that divides, if any (checkify's float checks).
     """
-    primitive = Primitive(f"oxijax_{name}")
+    primitive = _Primitive(f"oxijax_{name}")
     primitive.multiple_results = multiple_results
-    # Eager calls run the op through a cached single-op jit, as JAX's own primitives do.
-    primitive.def_impl(
-        lambda *args, **params: _compiled(primitive, tuple(sorted(params.items())))(*args)
-    )
+    primitive.def_impl(_impl(primitive))
+    _float_checks(primitive, nan_free, divisor)
+    abstract_eval = _typed(primitive.name, abstract_eval, multiple_results)
     primitive.def_abstract_eval(abstract_eval)
     batching.primitive_batchers[primitive] = batching_rule
     target = f"oxijax_{name}"
@@ -89,7 +184,7 @@ def define(
             mlir.register_lowering(primitive, _ffi_lowering(target), platform=platform)
         return primitive
     # The FFI call itself, seen only by the lowering: custom_partitioning wraps it.
-    ffi_call = Primitive(f"oxijax_{name}_ffi")
+    ffi_call = _Primitive(f"oxijax_{name}_ffi")
     ffi_call.multiple_results = multiple_results
     ffi_call.def_abstract_eval(abstract_eval)
     lowering = _sharding.lowering(primitive, ffi_call, factors)

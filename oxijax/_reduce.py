@@ -29,7 +29,8 @@ def _factors(avals_in, avals_out, *, op, axis):
 
 
 reduce_p = _primitive.define(
-    "reduce", abstract_eval=_abstract_eval, batching_rule=_batching, factors=_factors
+    "reduce", abstract_eval=_abstract_eval, batching_rule=_batching, factors=_factors,
+    nan_free=lambda op, axis: op in (ReduceOp.MAX, ReduceOp.MIN),
 )
 
 
