@@ -138,4 +138,5 @@ def attention(
         raise ValueError(f"scale must be positive, got {scale}")
     if q.size == 0 or k.shape[2] == 0:
         return jnp.zeros(q.shape, dtype)
-    return _attention(q, k, v, scale, causal)
+    # The custom_vjp's arguments vary as its result does: their cotangents have their type.
+    return _attention(*_primitive.insert_pvary(q, k, v), scale, causal)

@@ -92,14 +92,18 @@ _vma_rule = _private("core", "standard_vma_rule")
 _apply_primitive = _private("dispatch", "apply_primitive")
 
 
+def insert_pvary(*args: Any) -> list[Any]:
+    """args pvary'd to their union of varying manual axes, as lax's primitives pvary
+    their operands (a no-op outside shard_map): the transpose psums a replicated
+    operand's cotangent."""
+    return list(args) if _insert_pvary is None else list(_insert_pvary(*args))
+
+
 class _Primitive(Primitive):
-    """A primitive that pvary's its operands to their union of varying manual axes
-    before binding, as lax's primitives do (a no-op outside shard_map)."""
+    """A primitive whose bind applies insert_pvary to its operands."""
 
     def bind(self, *args, **params):
-        if _insert_pvary is not None:
-            args = _insert_pvary(*args)
-        return super().bind(*args, **params)
+        return super().bind(*insert_pvary(*args), **params)
 
 
 def _typed(name: str, abstract_eval: Callable[..., Any], multiple_results: bool
