@@ -187,14 +187,17 @@ def define(
         for platform in platforms:
             mlir.register_lowering(primitive, _ffi_lowering(target), platform=platform)
         return primitive
-    # The FFI call itself, seen only by the lowering: custom_partitioning wraps it.
+    # The FFI call itself, seen only by the lowering: custom_partitioning wraps it (or,
+    # exported, it carries its own sharding description).
     ffi_call = _Primitive(f"oxijax_{name}_ffi")
     ffi_call.multiple_results = multiple_results
     ffi_call.def_abstract_eval(abstract_eval)
     lowering = _sharding.lowering(primitive, ffi_call, factors)
+    _sharding.register_batch_partitionable(target)
+    ffi_lowering = _sharding.export_lowering(_ffi_lowering(target), factors)
     for platform in platforms:
-        mlir.register_lowering(ffi_call, _ffi_lowering(target), platform=platform)
-        mlir.register_lowering(primitive, lowering or _ffi_lowering(target), platform=platform)
+        mlir.register_lowering(ffi_call, ffi_lowering, platform=platform)
+        mlir.register_lowering(primitive, lowering or ffi_lowering, platform=platform)
     return primitive
 
 

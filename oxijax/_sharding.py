@@ -8,17 +8,27 @@ its FFI call in `jax.experimental.custom_partitioning`: the partitioner keeps ev
 other factor sharded as the operands already are and runs the kernel on the local
 blocks; only replicated factors are gathered (by JAX, never silently wrong).
 On one device the FFI call is lowered as is.
+
+custom_partitioning's rules are Python callbacks at compile time, which `jax.export`
+cannot serialize. An exported program instead carries, on each FFI call, the op's
+Shardy rule (`sdy.sharding_rule`, for sharding propagation) and the number of leading
+dims that XLA's batch partitioner may split (`num_batch_dims`; every oxijax target is
+registered as batch partitionable): when the deserialized program is compiled for
+sharded inputs, the kernel runs on local blocks of those dims, and the partitioner
+gathers the others (the op runs replicated over them).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import itertools
 import string
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
@@ -155,8 +165,65 @@ def lowering(primitive: Primitive, ffi_primitive: Primitive,
         return None
 
     def rule(ctx, *operands, **params):
+        if ctx.module_context.lowering_parameters.for_export:  # see the module docstring
+            return mlir.lower_fun(
+                functools.partial(ffi_primitive.bind, **params),
+                multiple_results=ffi_primitive.multiple_results)(ctx, *operands)
         factors = factors_of(ctx.avals_in, ctx.avals_out, **params)
         fn = _partitioned(ffi_primitive, factors, tuple(sorted(params.items())))
         return mlir.lower_fun(fn, multiple_results=ffi_primitive.multiple_results)(ctx, *operands)
+
+    return rule
+
+
+def batch_dims(factors: Factors) -> int:
+    """How many leading dims every operand and result shares as one splittable factor,
+    each keeping at least one dim after them (XLA's batch partitioner needs that)."""
+    groups = factors.operands + factors.results
+    count = 0
+    while (all(len(g) > count + 1 for g in groups) and len({g[count] for g in groups}) == 1
+           and groups[0][count] not in factors.replicated):
+        count += 1
+    return count
+
+
+def _private(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+# Private: JAX's own builder of Shardy rules for custom_partitioning. Without it, an
+# exported program's oxijax calls run replicated.
+_sdy_rules = _private("jax._src.custom_partitioning_sharding_rule")
+
+
+def register_batch_partitionable(target: str) -> None:
+    """Lets XLA split `target`'s calls along their num_batch_dims leading dims."""
+    register = getattr(jax.ffi, "register_ffi_target_as_batch_partitionable", None)
+    if register is not None:
+        register(target)
+
+
+def export_lowering(ffi_lowering: Callable, factors_of: Callable[..., Factors]) -> Callable:
+    """ffi_lowering, its call annotated (when it is being exported) with the op's Shardy
+    rule and batch dims: a sharding description that serializes."""
+
+    def rule(ctx, *operands, **params):
+        results = ffi_lowering(ctx, *operands, **params)
+        static = all(isinstance(d, int) for a in (*ctx.avals_in, *ctx.avals_out) for d in a.shape)
+        if (not ctx.module_context.lowering_parameters.for_export or not static
+                or _sdy_rules is None):
+            return results
+        factors = factors_of(ctx.avals_in, ctx.avals_out, **params)
+        call = results[0].owner
+        text, replicated = factors.shardy_rule()
+        call.attributes["sdy.sharding_rule"] = _sdy_rules.sdy_sharding_rule_to_mlir(
+            _sdy_rules.str_to_sdy_sharding_rule(text, need_replication_factors=replicated),
+            [v.type for v in call.operands], [v.type for v in call.results])
+        call.attributes["mhlo.frontend_attributes"] = mlir.ir.DictAttr.get(
+            {"num_batch_dims": mlir.ir.StringAttr.get(str(batch_dims(factors)))})
+        return results
 
     return rule

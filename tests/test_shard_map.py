@@ -56,7 +56,8 @@ SCRIPT = textwrap.dedent(
         want_types, want = types_and_grads(reference, args, specs)
         return {
             "types": [got_types, want_types],
-            "close": all(bool(np.allclose(g, w, rtol=1e-10, atol=1e-10)) for g, w in zip(got, want)),
+            "close": all(bool(np.allclose(g, w, rtol=1e-10, atol=1e-10))
+                         for g, w in zip(got, want)),
         }
 
     def attention_reference(q, k, v):
@@ -88,7 +89,8 @@ SCRIPT = textwrap.dedent(
         lambda a, b, c: 0.5 * a @ jnp.swapaxes(b, -1, -2) + 2.0 * c,
         ((8, 3, 8), S), ((1, 12, 8), R), ((12,), R))
     results["mlp (matmul, relu, mean, pmean)"] = case(
-        lambda w, x: lax.pmean(oxijax.mean(oxijax.mean(oxijax.relu(oxijax.matmul(x, w)), 1), 0), "d"),
+        lambda w, x: lax.pmean(
+            oxijax.mean(oxijax.mean(oxijax.relu(oxijax.matmul(x, w)), 1), 0), "d"),
         lambda w, x: lax.pmean(jnp.mean(jax.nn.relu(x @ w)), "d"),
         ((8, 32), R), ((16, 8), S))
     results["conv2d"] = case(

@@ -1,6 +1,8 @@
 """Sharded inputs on 4 host CPU devices (a 2 x 2 mesh): every op runs on its local
 shards, the result equals the unsharded one, and the compiled program has no collective
-for the axes the op can split locally.
+for the axes the op can split locally. Programs exported with jax.export, serialized and
+deserialized, do so too for the leading dims that all operands share (XLA's batch
+partitioner), and give the unsharded result for every split.
 
 JAX fixes its device count at start-up, so the cases run in one subprocess with
 XLA_FLAGS=--xla_force_host_platform_device_count=4 and report back as JSON.
@@ -38,6 +40,25 @@ SCRIPT = textwrap.dedent(
         exps = expected if isinstance(expected, tuple) else (expected,)
         return {
             "close": all(bool(np.allclose(o, e, rtol=1e-12, atol=1e-12, equal_nan=True))
+                         for o, e in zip(outs, exps)),
+            "collectives": sorted(set(COLLECTIVE.findall(hlo))),
+            "spec": [list(map(str, o.sharding.spec)) for o in outs],
+        }
+
+    CHECKS = [jax.export.DisabledSafetyCheck.custom_call(target)
+              for targets in oxijax.REGISTERED_TARGETS.values() for target in targets]
+
+    def exported(fn, *specs_and_shapes):  # case() of fn exported, serialized, deserialized
+        arrays = [rng.standard_normal(shape) for _, shape in specs_and_shapes]
+        sharded = [jax.device_put(a, NamedSharding(mesh, P(*spec)))
+                   for a, (spec, _) in zip(arrays, specs_and_shapes)]
+        blob = jax.export.export(jax.jit(fn), disabled_checks=CHECKS)(*sharded).serialize()
+        call = jax.jit(jax.export.deserialize(blob).call)
+        outs = jax.tree.leaves(call(*sharded))
+        exps = jax.tree.leaves(jax.jit(fn)(*(jnp.asarray(a) for a in arrays)))
+        hlo = call.lower(*sharded).compile().as_text()
+        return {
+            "close": all(bool(np.allclose(o, e, rtol=1e-12, atol=1e-12))
                          for o, e in zip(outs, exps)),
             "collectives": sorted(set(COLLECTIVE.findall(hlo))),
             "spec": [list(map(str, o.sharding.spec)) for o in outs],
@@ -81,6 +102,23 @@ SCRIPT = textwrap.dedent(
                                    (("x",), (4, 3, 9, 9)), ((None,), (6, 3, 3, 3)),
                                    (("x",), (4, 6, 9, 9))),
     }
+    xy = (("x", "y"),)
+    total = lambda f: (lambda *args: oxijax.sum(f(*args).reshape(-1), 0))
+    results.update({
+        "export unary": exported(oxijax.exp, (xy, (8, 6))),
+        "export binary": exported(oxijax.div, (xy, (8, 6)), (xy, (8, 6))),
+        "export binary broadcast": exported(oxijax.add, (xy, (8, 6)), ((), (6,))),
+        "export reduce": exported(lambda x: oxijax.max(x, 1), (xy, (8, 5, 6))),
+        "export gemm batch": exported(oxijax.matmul, (xy, (4, 8, 6)), (xy, (4, 6, 10))),
+        "export gemm split m": exported(oxijax.matmul, (("x",), (8, 6)), ((), (6, 10))),
+        "export conv2d": exported(lambda x, w: oxijax.conv2d(x, w, padding=1),
+                                  (("x",), (4, 3, 9, 9)), ((), (6, 3, 3, 3))),
+        "export attention": exported(attention(True), *[(("x", "y"), (2, 2, 16, 8))] * 3),
+        "export grad gemm": exported(jax.grad(total(lambda a, b: oxijax.tanh(oxijax.matmul(a, b))),
+                                              argnums=(0, 1)), (xy, (4, 8, 6)), (xy, (4, 6, 10))),
+        "export grad attention": exported(jax.grad(total(attention(False)), argnums=(0, 1, 2)),
+                                          *[(("x", "y"), (2, 2, 16, 8))] * 3),
+    })
     print(json.dumps(results))
     """
 )
@@ -107,6 +145,16 @@ LOCAL = {
     "grad reduce max": [["x", "None", "y"]],
     "grad gemm batch and m": [["x", "y", "None"]],
     "grad conv2d images": [["x", "None", "None", "None"]],
+    "export unary": [["('x', 'y')", "None"]],
+    "export binary": [["('x', 'y')", "None"]],
+    "export binary broadcast": None,  # operands of different ranks share no leading dim
+    "export reduce": [["('x', 'y')", "None"]],
+    "export gemm batch": [["('x', 'y')", "None", "None"]],
+    "export gemm split m": None,  # not a leading dim of both operands
+    "export conv2d": None,  # images are not a dim of the filters
+    "export attention": [["x", "y", "None", "None"]],
+    "export grad gemm": [["('x', 'y')", "None", "None"]] * 2,
+    "export grad attention": [["x", "y", "None", "None"]] * 3,
 }
 
 
