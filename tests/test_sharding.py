@@ -48,14 +48,14 @@ SCRIPT = textwrap.dedent(
     CHECKS = [jax.export.DisabledSafetyCheck.custom_call(target)
               for targets in oxijax.REGISTERED_TARGETS.values() for target in targets]
 
-    def exported(fn, *specs_and_shapes):  # case() of fn exported, serialized, deserialized
+    def exported(fn, *specs_and_shapes, reference=None):  # case() of fn exported and loaded
         arrays = [rng.standard_normal(shape) for _, shape in specs_and_shapes]
         sharded = [jax.device_put(a, NamedSharding(mesh, P(*spec)))
                    for a, (spec, _) in zip(arrays, specs_and_shapes)]
         blob = jax.export.export(jax.jit(fn), disabled_checks=CHECKS)(*sharded).serialize()
         call = jax.jit(jax.export.deserialize(blob).call)
         outs = jax.tree.leaves(call(*sharded))
-        exps = jax.tree.leaves(jax.jit(fn)(*(jnp.asarray(a) for a in arrays)))
+        exps = jax.tree.leaves(jax.jit(reference or fn)(*(jnp.asarray(a) for a in arrays)))
         hlo = call.lower(*sharded).compile().as_text()
         return {
             "close": all(bool(np.allclose(o, e, rtol=1e-12, atol=1e-12))
@@ -104,6 +104,7 @@ SCRIPT = textwrap.dedent(
     }
     xy = (("x", "y"),)
     total = lambda f: (lambda *args: oxijax.sum(f(*args).reshape(-1), 0))
+    conv = lambda x, w: oxijax.conv2d(x, w, padding=1)
     results.update({
         "export unary": exported(oxijax.exp, (xy, (8, 6))),
         "export binary": exported(oxijax.div, (xy, (8, 6)), (xy, (8, 6))),
@@ -118,6 +119,10 @@ SCRIPT = textwrap.dedent(
                                               argnums=(0, 1)), (xy, (4, 8, 6)), (xy, (4, 6, 10))),
         "export grad attention": exported(jax.grad(total(attention(False)), argnums=(0, 1, 2)),
                                           *[(("x", "y"), (2, 2, 16, 8))] * 3),
+        # The way to keep any split local in an exported program: shard_map exports.
+        "export shard_map conv2d": exported(
+            jax.shard_map(conv, mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x")),
+            (("x",), (4, 3, 9, 9)), ((), (6, 3, 3, 3)), reference=conv),
     })
     print(json.dumps(results))
     """
@@ -155,6 +160,7 @@ LOCAL = {
     "export attention": [["x", "y", "None", "None"]],
     "export grad gemm": [["('x', 'y')", "None", "None"]] * 2,
     "export grad attention": [["x", "y", "None", "None"]] * 3,
+    "export shard_map conv2d": [["x", "None", "None", "None"]],
 }
 
 
