@@ -68,9 +68,13 @@ def _float_checks(primitive: Primitive, nan_free: Callable[..., bool],
     a NaN in the results (unless nan_free(**params): ops that only select or negate,
     like lax's max and abs, are not checked) and, for a division, a zero divisor
     (operand `divisor(**params)`). Without checkify's private table, nothing is checked."""
-    checkify = importlib.import_module("jax._src.checkify")
-    if not all(hasattr(checkify, name) for name in (
-            "error_checks", "nan_error_check", "assert_func", "DivisionByZeroError")):
+    try:
+        from jax._src import checkify
+    except ImportError:
+        return
+    if not all(hasattr(checkify, name) for name in ("error_checks", "nan_error_check",
+                                                    "assert_func", "get_traceback",
+                                                    "DivisionByZeroError")):
         return
 
     def rule(error, enabled_errors, *args, **params):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import itertools
 import string
 from collections.abc import Callable, Sequence
@@ -187,16 +186,10 @@ def batch_dims(factors: Factors) -> int:
     return count
 
 
-def _private(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
-
-
-# Private: JAX's own builder of Shardy rules for custom_partitioning. Without it, an
-# exported program's oxijax calls run replicated.
-_sdy_rules = _private("jax._src.custom_partitioning_sharding_rule")
+try:  # private: JAX's builder of custom_partitioning's Shardy rules
+    from jax._src import custom_partitioning_sharding_rule as _sdy_rules
+except ImportError:  # then an exported program's oxijax calls run replicated
+    _sdy_rules = None
 
 
 def register_batch_partitionable(target: str) -> None:
