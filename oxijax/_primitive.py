@@ -113,8 +113,10 @@ class _Primitive(Primitive):
 def _typed(name: str, abstract_eval: Callable[..., Any], multiple_results: bool
            ) -> Callable[..., Any]:
     """abstract_eval with its results typed as lax types its own: weak_type if every
-    operand is weak, varying over the operands' (equal, after bind's pvary) manual axes,
-    replicated on the current mesh."""
+    operand is weak and, inside shard_map, replicated on the current mesh and varying
+    over the operands' (equal, after bind's pvary) manual axes. Elsewhere the results'
+    sharding stays unspecified, so that the partitioner (custom_partitioning) picks it
+    (typing them replicated on an Explicit mesh would gather them)."""
     get_mesh = getattr(jax.sharding, "get_abstract_mesh", None)
 
     def rule(*avals, **params):
@@ -122,9 +124,11 @@ def _typed(name: str, abstract_eval: Callable[..., Any], multiple_results: bool
         if _vma_rule is None or get_mesh is None:
             return out
         _vma_rule(name, *avals)  # raises if the operands vary over different axes
-        like, weak = avals[0], all(a.weak_type for a in avals)
-        sharding = NamedSharding(get_mesh(), PartitionSpec())
-        typed = [like.update(shape=o.shape, dtype=o.dtype, weak_type=weak, sharding=sharding)
+        like, weak, mesh = avals[0], all(a.weak_type for a in avals), get_mesh()
+        manual = bool(getattr(mesh, "manual_axes", ()))
+        typed = [like.update(shape=o.shape, dtype=o.dtype, weak_type=weak,
+                             sharding=NamedSharding(mesh, PartitionSpec()) if manual
+                             else o.sharding)
                  for o in (out if multiple_results else [out])]
         return typed if multiple_results else typed[0]
 

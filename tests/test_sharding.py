@@ -102,6 +102,11 @@ SCRIPT = textwrap.dedent(
                                    (("x",), (4, 3, 9, 9)), ((None,), (6, 3, 3, 3)),
                                    (("x",), (4, 6, 9, 9))),
     }
+    with jax.set_mesh(mesh):  # a mesh in context: Explicit types must not force a gather
+        results["set_mesh unary"] = case(oxijax.exp, (("x", "y"), (8, 6)))
+        results["set_mesh grad gemm batch"] = case(
+            grad_first(oxijax.matmul), (("x", "y", None), (4, 8, 6)),
+            (("x", None, None), (4, 6, 10)), (("x", "y", None), (4, 8, 10)))
     xy = (("x", "y"),)
     total = lambda f: (lambda *args: oxijax.sum(f(*args).reshape(-1), 0))
     conv = lambda x, w: oxijax.conv2d(x, w, padding=1)
@@ -150,6 +155,8 @@ LOCAL = {
     "grad reduce max": [["x", "None", "y"]],
     "grad gemm batch and m": [["x", "y", "None"]],
     "grad conv2d images": [["x", "None", "None", "None"]],
+    "set_mesh unary": [["x", "y"]],
+    "set_mesh grad gemm batch": [["x", "y", "None"]],
     "export unary": [["('x', 'y')", "None"]],
     "export binary": [["('x', 'y')", "None"]],
     "export binary broadcast": None,  # operands of different ranks share no leading dim
