@@ -90,7 +90,7 @@ def _float_checks(primitive: Primitive, nan_free: Callable[..., bool],
 
 
 # lax's own rules. Without them (another JAX) oxijax results do not vary over manual
-# axes, and eager calls run a cached single-op jit (which disable_jit cannot turn off).
+# axes, and eager calls run the single-op jit below.
 _insert_pvary = _private("core", "auto_insert_reshard", "standard_insert_pvary")
 _vma_rule = _private("core", "standard_vma_rule")
 _apply_primitive = _private("dispatch", "apply_primitive")
@@ -143,7 +143,12 @@ def _impl(primitive: Primitive) -> Callable[..., Any]:
 
     @functools.lru_cache(maxsize=None)
     def compiled(params: tuple[tuple[str, Any], ...]) -> Callable[..., Any]:
-        return jax.jit(functools.partial(primitive.bind, **dict(params)))
+        def call(*args):
+            return primitive.bind(*args, **dict(params))
+
+        call.__name__ = call.__qualname__ = primitive.name  # named in debug_nans' error
+        call._apply_primitive = True  # type: ignore[attr-defined]  # debug_nans: no re-run
+        return jax.jit(call)
 
     def impl(*args, **params):
         with jax.disable_jit(False):
