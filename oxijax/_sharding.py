@@ -189,7 +189,7 @@ def batch_dims(factors: Factors) -> int:
 try:  # private: JAX's builder of custom_partitioning's Shardy rules
     from jax._src import custom_partitioning_sharding_rule as _sdy_rules
 except ImportError:  # then an exported program's oxijax calls run replicated
-    _sdy_rules = None
+    _sdy_rules = None  # type: ignore[assignment]
 
 
 def register_batch_partitionable(target: str) -> None:
