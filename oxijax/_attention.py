@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from jax.interpreters import ad
 
-from oxijax import _checks, _primitive, _sharding
+from oxijax import _checks, _dispatch, _primitive, _sharding
 
 
 def _abstract_eval(q, k, v, *, scale, causal):
@@ -108,7 +108,8 @@ def attention(
     """``softmax(scale * q @ k^T) @ v`` over the last two axes, fused.
 
     ``q`` is [B, H, Sq, D], ``k`` and ``v`` are [B, H, Skv, D]; the result is [B, H, Sq, D].
-    ``scale`` multiplies the scores (default ``1/sqrt(D)``; positive and finite). With
+    ``scale`` multiplies the scores (default ``1/sqrt(D)``; positive and finite).
+    q, k and v promote to one dtype as in jax.numpy. With
     ``causal``, query ``i`` sees key ``j`` iff ``j <= i + (Skv - Sq)`` (bottom-right
     aligned); a query that sees no key gets zeros. The Sq x Skv scores are never stored.
 
@@ -116,10 +117,21 @@ def attention(
     kernel; a query that sees no key gets zero gradients. Forward mode (``jax.jvp``)
     and second derivatives are not supported and raise.
     """
-    q, k, v = (_checks.array(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if scale is not None:
+        scale = _checks.static_float("scale", scale)
+        if scale <= 0:
+            raise ValueError(f"scale must be positive, got {scale}")
+    return _attention_checked(q, k, v, scale=scale, causal=causal)
+
+
+@_dispatch.eager_jit("scale", "causal")
+def _attention_checked(q: Any, k: Any, v: Any, *, scale: float | None, causal: bool) -> jax.Array:
+    # Strongly typed like jax.nn.dot_product_attention's result.
+    q, k, v = map(_checks.strong, _checks.promote(q=q, k=k, v=v))
     for name, x in (("q", q), ("k", k), ("v", v)):
         _checks.rank(name, x, "4 (B, H, S, D)", x.ndim == 4)
-    dtype = _checks.same_dtype(q=q, k=k, v=v)
     if k.shape != v.shape:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
     b, h, sq, d = q.shape
@@ -127,15 +139,10 @@ def attention(
         raise ValueError(
             f"k {tuple(k.shape)} must match q {tuple(q.shape)} in batch, heads and head_dim"
         )
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if scale is None:
         if d == 0:
             raise ValueError("head_dim of 0 has no default scale; pass scale")
         scale = 1.0 / math.sqrt(d)
-    scale = _checks.static_float("scale", scale)
-    if scale <= 0:
-        raise ValueError(f"scale must be positive, got {scale}")
     if q.size == 0 or k.shape[2] == 0:
-        return jnp.zeros(q.shape, dtype)
+        return jnp.zeros(q.shape, q.dtype)
     return _attention(q, k, v, scale, causal)

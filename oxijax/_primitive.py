@@ -48,6 +48,21 @@ def _compiled(primitive: Primitive, params: tuple[tuple[str, Any], ...]) -> Call
     return jax.jit(functools.partial(primitive.bind, **dict(params)))
 
 
+def _weak_typed(abstract_eval: Callable[..., Any]) -> Callable[..., Any]:
+    """abstract_eval with results weak-typed when every operand is, as lax's primitives
+    type them (oxijax.add(1.0, 2.0) is weak like 1.0 + 2.0)."""
+
+    def rule(*avals, **params):
+        out = abstract_eval(*avals, **params)
+        if not all(aval.weak_type for aval in avals):
+            return out
+        if isinstance(out, (tuple, list)):
+            return type(out)(aval.update(weak_type=True) for aval in out)
+        return out.update(weak_type=True)
+
+    return rule
+
+
 def _not_built(name: str) -> Callable[..., Any]:
     def rule(ctx, *operands, **params):
         raise NotImplementedError(
@@ -78,6 +93,7 @@ def define(
     primitive.def_impl(
         lambda *args, **params: _compiled(primitive, tuple(sorted(params.items())))(*args)
     )
+    abstract_eval = _weak_typed(abstract_eval)
     primitive.def_abstract_eval(abstract_eval)
     batching.primitive_batchers[primitive] = batching_rule
     target = f"oxijax_{name}"
