@@ -32,40 +32,35 @@ def _operand(name: str, value: Any) -> Any:
     raise TypeError(f"{name} must be an array, got {type(value).__name__}")
 
 
-def _unsupported(name: str, value: Any) -> TypeError:
-    return TypeError(f"{name} must have dtype {_DTYPE_NAMES}, got {jnp.result_type(value)}")
+def _inexact(dtype: np.dtype) -> np.dtype:
+    """The float that jnp.exp or jnp.divide turn integers and bools into: float64 for
+    64-bit integers, float32 for the others (float32 for both without x64)."""
+    if jnp.issubdtype(dtype, jnp.integer) or dtype == np.bool_:
+        return jax.dtypes.canonicalize_dtype(np.float64 if dtype.itemsize == 8 else np.float32)
+    return dtype
 
 
-def promote(**operands: Any) -> list[jax.Array]:
+def promote(inexact: bool = False, **operands: Any) -> list[jax.Array]:
     """The operands as arrays of their common dtype, promoted as jax.numpy does
     (jnp.result_type: Python scalars and weak-typed values take the others' dtype; the
-    results are weak-typed when every operand is). A promoted dtype outside the four
-    float dtypes is a TypeError naming the first operand that is not a float."""
+    results are weak-typed where jnp's would be: int32 + 1.0 is a weak float), and with
+    `inexact` integers made floats as jnp.divide makes them. A dtype outside the four
+    floats is a TypeError naming the first operand that is not a float."""
     values = [_operand(name, value) for name, value in operands.items()]
-    dtype = jnp.result_type(*values)
+    dtype, weak = jax.dtypes.result_type(*values, return_weak_type_flag=True)
+    dtype = _inexact(dtype) if inexact else dtype
     if dtype not in SUPPORTED_DTYPES:
         names = [n for n, v in zip(operands, values) if jnp.result_type(v) not in SUPPORTED_DTYPES]
         name = names[0] if names else next(iter(operands))
-        raise _unsupported(name, values[list(operands).index(name)])
-    weak = all(jax.typeof(v).weak_type for v in values)
+        raise TypeError(f"{name} must have dtype {_DTYPE_NAMES}, got "
+                        f"{jnp.result_type(values[list(operands).index(name)])}")
     return [_convert(v, dtype, weak) for v in values]
 
 
-def array(name: str, value: Any) -> jax.Array:
-    """value as a jax array of a supported dtype, or a TypeError naming `name`."""
-    return promote(**{name: value})[0]
-
-
-def inexact_array(name: str, value: Any) -> jax.Array:
-    """value as a jax array, integers and bools converted to a float as jnp.exp or
-    jnp.mean convert them (64-bit integers to float64, the others to float32)."""
-    value = _operand(name, value)
-    dtype = jnp.result_type(value)
-    if jnp.issubdtype(dtype, jnp.integer) or dtype == np.bool_:
-        dtype = jax.dtypes.canonicalize_dtype(np.float64 if dtype.itemsize == 8 else np.float32)
-    if dtype not in SUPPORTED_DTYPES:
-        raise _unsupported(name, value)
-    return _convert(value, dtype, jax.typeof(value).weak_type)
+def array(name: str, value: Any, inexact: bool = False) -> jax.Array:
+    """value as a jax array of a supported dtype, or a TypeError naming `name`; with
+    `inexact`, integers and bools become floats as in jnp.exp or jnp.mean."""
+    return promote(inexact, **{name: value})[0]
 
 
 def strong(x: jax.Array) -> jax.Array:

@@ -43,7 +43,7 @@ def unary(x: Any, op: UnaryOp | str) -> jax.Array:
 
 @_dispatch.eager_jit("op")
 def _unary(x: Any, *, op: UnaryOp) -> jax.Array:
-    x = _checks.inexact_array("x", x) if op in _TO_FLOAT else _checks.array("x", x)
+    x = _checks.array("x", x, inexact=op in _TO_FLOAT)
     if x.size == 0:
         return x
     return unary_p.bind(x, op=op)
@@ -90,7 +90,7 @@ def binary(a: Any, b: Any, op: BinaryOp | str) -> jax.Array:
 
 @_dispatch.eager_jit("op")
 def _binary(a: Any, b: Any, *, op: BinaryOp) -> jax.Array:
-    a, b = _checks.promote(a=a, b=b)
+    a, b = _checks.promote(op is BinaryOp.DIV, a=a, b=b)
     try:
         shape = jnp.broadcast_shapes(a.shape, b.shape)
     except ValueError:

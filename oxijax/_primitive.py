@@ -21,7 +21,7 @@ from oxijax._enums import _OpEnum
 from oxijax._ffi import REGISTERED_TARGETS
 
 
-def _as_attribute(value: Any) -> Any:
+def _as_attribute(name: str, value: Any) -> Any:
     """Python parameter -> the FFI attribute type its handler decodes."""
     if isinstance(value, _OpEnum):
         return np.int32(int(value))
@@ -31,14 +31,16 @@ def _as_attribute(value: Any) -> Any:
         return np.int64(value)
     if isinstance(value, float):
         return np.float64(value)
-    raise TypeError(f"no FFI attribute type for {value!r}")
+    # e.g. a conv2d gradient's input size, symbolic in jax.export: attributes are static
+    raise TypeError(f"oxijax parameter {name}={value!r} must be a static number (FFI attribute); "
+                    "a symbolic dimension cannot be one: export with a concrete size for it")
 
 
 def _ffi_lowering(target: str) -> Callable[..., Any]:
     lower = jax.ffi.ffi_lowering(target)
 
     def rule(ctx, *operands, **params):
-        return lower(ctx, *operands, **{k: _as_attribute(v) for k, v in params.items()})
+        return lower(ctx, *operands, **{k: _as_attribute(k, v) for k, v in params.items()})
 
     return rule
 

@@ -48,7 +48,7 @@ def reduce(x: Any, op: ReduceOp | str, axis: int) -> jax.Array:
 
 @_dispatch.eager_jit("op", "axis")
 def _reduce(x: Any, *, op: ReduceOp, axis: int) -> jax.Array:
-    x = _checks.inexact_array("x", x) if op is ReduceOp.MEAN else _checks.array("x", x)
+    x = _checks.array("x", x, inexact=op is ReduceOp.MEAN)
     x = _checks.strong(x)
     if x.ndim == 0:
         raise ValueError("x must have rank >= 1 to be reduced, got a scalar")
