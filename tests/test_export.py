@@ -78,6 +78,15 @@ def test_export_needs_the_disabled_checks():
     assert names == {t for targets in oxijax.REGISTERED_TARGETS.values() for t in targets}
 
 
+def test_symbolic_size_of_a_kernel_attribute_is_a_clear_error():
+    """conv2d's backward kernels take the input's H and W as static attributes."""
+    h = export.symbolic_shape("h")[0]
+    grad = jax.grad(lambda x, w: oxijax.sum(oxijax.conv2d(x, w).reshape(-1), 0))
+    with pytest.raises(TypeError, match="input_h=h must be a static number"):
+        export.export(jax.jit(grad), disabled_checks=oxijax.export_disabled_checks())(
+            S(2, 2, h, 5), S(3, 2, 3, 3))
+
+
 i32, f64 = np.int32, np.float64
 GEMM = dict(trans_a=i32(0), trans_b=i32(0), alpha=f64(1), beta=f64(0), allow_tf32=False)
 # (target, attributes, fragment of the error): the handlers are those of oxijax_unary
