@@ -24,13 +24,15 @@ def bhsd_attention(q, k, v):
     return swap(jax.nn.dot_product_attention(swap(q), swap(k), swap(v)))
 
 
-def mlp_loss(ops, w, x):
-    matmul, tanh, mean = ops
-    return mean(tanh(matmul(x, w)))
+def mlp_loss(ops, w, bias, x):
+    """A batched matmul with a broadcast weight and bias: their gradients sum over b."""
+    matmul, add, tanh, mean = ops
+    return mean(tanh(add(matmul(x, w), bias)))
 
 
-OXI = (oxijax.matmul, oxijax.tanh, lambda y: oxijax.mean(oxijax.mean(y, 1), 0))
-JNP = (jnp.matmul, jnp.tanh, jnp.mean)
+OXI = (oxijax.matmul, oxijax.add, oxijax.tanh,
+       lambda y: oxijax.mean(oxijax.mean(oxijax.mean(y, 2), 1), 0))
+JNP = (jnp.matmul, jnp.add, jnp.tanh, jnp.mean)
 
 # name: (oxijax function, jnp reference, argument shapes with the symbolic batch b)
 CASES = {
@@ -47,8 +49,8 @@ CASES = {
     "attention": (oxijax.attention, bhsd_attention, [S(b, 2, 5, 8), S(b, 2, 7, 8), S(b, 2, 7, 8)]),
     "vmap": (jax.vmap(oxijax.mul, in_axes=(1, None)), jax.vmap(jnp.multiply, in_axes=(1, None)),
              [S(3, b), S(3)]),
-    "grad": (jax.grad(lambda w, x: mlp_loss(OXI, w, x)), jax.grad(lambda w, x: mlp_loss(JNP, w, x)),
-             [S(4, 3), S(b, 4)]),
+    "grad": (jax.grad(lambda *a: mlp_loss(OXI, *a), (0, 1, 2)),
+             jax.grad(lambda *a: mlp_loss(JNP, *a), (0, 1, 2)), [S(4, 3), S(3), S(b, 2, 4)]),
     "grad conv2d attention": (
         jax.grad(lambda x, w: oxijax.sum(oxijax.attention(x, x, oxijax.conv2d(x, w, padding=1))
                                          .reshape(-1), 0), (0, 1)),
