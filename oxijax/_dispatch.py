@@ -27,13 +27,19 @@ except (ImportError, AttributeError):  # other JAX versions: plain arrays suffic
         return True
 
 
-# Arguments jit takes as they are, besides concrete jax.Arrays; anything else (lists,
-# tracers) takes the plain path.
-_PLAIN = frozenset({np.ndarray, float, int, bool, type(None)})
+# Types jit takes as they are: plain values, and concrete jax.Array types (jaxlib's,
+# added when first seen: a set lookup costs a tenth of isinstance against the ABC).
+# Anything else (lists, tracers) takes the plain path.
+_CONCRETE = {np.ndarray, float, int, bool, type(None)}
 
 
 def _concrete(x: Any) -> bool:
-    return type(x) in _PLAIN or (isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer))
+    if type(x) in _CONCRETE:
+        return True
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+        _CONCRETE.add(type(x))
+        return True
+    return False
 
 
 def eager_jit(*static: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
