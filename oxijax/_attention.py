@@ -108,10 +108,10 @@ def attention(
     """``softmax(scale * q @ k^T) @ v`` over the last two axes, fused.
 
     ``q`` is [B, H, Sq, D], ``k`` and ``v`` are [B, H, Skv, D]; the result is [B, H, Sq, D].
-    ``scale`` multiplies the scores (default ``1/sqrt(D)``; positive and finite).
-    q, k and v promote to one dtype as in jax.numpy. With
+    ``scale`` multiplies the scores (default ``1/sqrt(D)``; positive and finite). With
     ``causal``, query ``i`` sees key ``j`` iff ``j <= i + (Skv - Sq)`` (bottom-right
     aligned); a query that sees no key gets zeros. The Sq x Skv scores are never stored.
+    q, k and v promote to one dtype as in jax.numpy.
 
     Differentiable in reverse mode (``jax.grad``, ``jax.vjp``) by a fused backward
     kernel; a query that sees no key gets zero gradients. Forward mode (``jax.jvp``)

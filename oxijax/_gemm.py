@@ -97,7 +97,8 @@ def _gemm(a: Any, b: Any, c: Any, *, trans_a: Transpose, trans_b: Transpose, alp
     if beta != 0.0 and c is None:
         raise ValueError("c is required when beta != 0")
     # c takes part in the promotion whenever it is given, read or not (like beta * c).
-    a, b, *c = _checks.promote(a=a, b=b, **({} if c is None else {"c": c}))
+    a, b, *rest = _checks.promote(a=a, b=b, **({} if c is None else {"c": c}))
+    c = rest[0] if rest else None
     _checks.rank("a", a, ">= 2", a.ndim >= 2)
     _checks.rank("b", b, ">= 2", b.ndim >= 2)
     dtype = a.dtype
@@ -117,10 +118,10 @@ def _gemm(a: Any, b: Any, c: Any, *, trans_a: Transpose, trans_b: Transpose, alp
     out_shape = (*batch, m, n)
     if beta != 0.0:
         try:
-            c = jnp.broadcast_to(c[0], out_shape)
+            c = jnp.broadcast_to(c, out_shape)
         except ValueError:
             raise ValueError(
-                f"c of shape {tuple(c[0].shape)} does not broadcast to the result {out_shape}"
+                f"c of shape {tuple(c.shape)} does not broadcast to the result {out_shape}"
             ) from None
     if 0 in out_shape:
         return jnp.zeros(out_shape, dtype)
