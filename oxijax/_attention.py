@@ -142,6 +142,8 @@ def _attention_checked(q: Any, k: Any, v: Any, *, scale: float | None, causal: b
     if scale is None:
         if d == 0:
             raise ValueError("head_dim of 0 has no default scale; pass scale")
+        if not isinstance(d, int):  # symbolic (jax.export): the scale is a static attribute
+            raise ValueError(f"head_dim {d} is symbolic and has no static default scale; pass scale")
         scale = 1.0 / math.sqrt(d)
     if q.size == 0 or k.shape[2] == 0:
         return jnp.zeros(q.shape, q.dtype)

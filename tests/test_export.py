@@ -81,12 +81,17 @@ def test_export_needs_the_disabled_checks():
 
 
 def test_symbolic_size_of_a_kernel_attribute_is_a_clear_error():
-    """conv2d's backward kernels take the input's H and W as static attributes."""
+    """conv2d's backward kernels take the input's H and W as static attributes, and
+    attention's default scale derives from head_dim."""
     h = export.symbolic_shape("h")[0]
     grad = jax.grad(lambda x, w: oxijax.sum(oxijax.conv2d(x, w).reshape(-1), 0))
     with pytest.raises(TypeError, match="input_h=h must be a static number"):
         export.export(jax.jit(grad), disabled_checks=oxijax.export_disabled_checks())(
             S(2, 2, h, 5), S(3, 2, 3, 3))
+
+    d = export.symbolic_shape("d")[0]
+    with pytest.raises(ValueError, match="head_dim d is symbolic"):
+        export.export(jax.jit(oxijax.attention))(*[S(1, 2, 4, d)] * 3)
 
 
 i32, f64 = np.int32, np.float64
