@@ -26,7 +26,7 @@ from oxijax._elementwise import (
     unary,
 )
 from oxijax._enums import BinaryOp, ReduceOp, Transpose, UnaryOp
-from oxijax._ffi import BUILD_INFO, REGISTERED_TARGETS
+from oxijax._ffi import BUILD_INFO, REGISTERED_TARGETS, export_disabled_checks
 from oxijax._gemm import gemm, matmul
 from oxijax._reduce import max, mean, min, reduce, sum
 
@@ -46,6 +46,7 @@ __all__ = [
     "conv2d",
     "div",
     "exp",
+    "export_disabled_checks",
     "gemm",
     "log",
     "matmul",

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from jax.interpreters import ad
 
-from oxijax import _checks, _primitive, _sharding
+from oxijax import _checks, _dispatch, _primitive, _sharding
 
 
 def _abstract_eval(q, k, v, *, scale, causal):
@@ -111,15 +111,27 @@ def attention(
     ``scale`` multiplies the scores (default ``1/sqrt(D)``; positive and finite). With
     ``causal``, query ``i`` sees key ``j`` iff ``j <= i + (Skv - Sq)`` (bottom-right
     aligned); a query that sees no key gets zeros. The Sq x Skv scores are never stored.
+    q, k and v promote to one dtype as in jax.numpy.
 
     Differentiable in reverse mode (``jax.grad``, ``jax.vjp``) by a fused backward
     kernel; a query that sees no key gets zero gradients. Forward mode (``jax.jvp``)
     and second derivatives are not supported and raise.
     """
-    q, k, v = (_checks.array(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if scale is not None:
+        scale = _checks.static_float("scale", scale)
+        if scale <= 0:
+            raise ValueError(f"scale must be positive, got {scale}")
+    return _attention_checked(q, k, v, scale=scale, causal=causal)
+
+
+@_dispatch.eager_jit("scale", "causal")
+def _attention_checked(q: Any, k: Any, v: Any, *, scale: float | None, causal: bool) -> jax.Array:
+    # Strongly typed like jax.nn.dot_product_attention's result.
+    q, k, v = map(_checks.strong, _checks.promote(q=q, k=k, v=v))
     for name, x in (("q", q), ("k", k), ("v", v)):
         _checks.rank(name, x, "4 (B, H, S, D)", x.ndim == 4)
-    dtype = _checks.same_dtype(q=q, k=k, v=v)
     if k.shape != v.shape:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have one shape")
     b, h, sq, d = q.shape
@@ -127,16 +139,13 @@ def attention(
         raise ValueError(
             f"k {tuple(k.shape)} must match q {tuple(q.shape)} in batch, heads and head_dim"
         )
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if scale is None:
         if d == 0:
             raise ValueError("head_dim of 0 has no default scale; pass scale")
+        if not isinstance(d, int):  # symbolic (jax.export): the scale is a static attribute
+            raise ValueError(f"head_dim {d} is symbolic and has no static default scale; pass scale")
         scale = 1.0 / math.sqrt(d)
-    scale = _checks.static_float("scale", scale)
-    if scale <= 0:
-        raise ValueError(f"scale must be positive, got {scale}")
     if q.size == 0 or k.shape[2] == 0:
-        return jnp.zeros(q.shape, dtype)
+        return jnp.zeros(q.shape, q.dtype)
     # The custom_vjp's arguments vary as its result does: their cotangents have their type.
     return _attention(*_primitive.insert_pvary(q, k, v), scale, causal)

@@ -27,6 +27,7 @@ class Case:
     # More implementations to time against, by label (e.g. cuDNN's attention); one that
     # cannot run on this device or dtype is reported as n/a.
     baselines: tuple[tuple[str, Callable], ...] = ()
+    eager: bool = False  # timed as called, not under jax.jit: the cost of eager dispatch
 
     @property
     def is_gradient(self) -> bool:
@@ -86,6 +87,20 @@ def _fwd_bwd_cases(b, heads, s, d) -> list[Case]:
              reference_fn=fwd_bwd(lambda q, k, v, c=causal: _attention_jnp(q, k, v, c)),
              baselines=(("cuDNN", fwd_bwd(lambda q, k, v, c=causal: _bhsd_attention(q, k, v, c, "cudnn"))),))
         for causal in (False, True)
+    ]
+
+
+def eager_cases() -> list[Case]:
+    """Tiny ops called eagerly, where the time is Python and dispatch, not the kernel."""
+    def tiny(*shapes):
+        return lambda t: tuple(_normal(shape, t, i) for i, shape in enumerate(shapes))
+
+    return [
+        Case("eager exp", "8", tiny((8,)), oxijax.exp, jnp.exp, eager=True),
+        Case("eager add", "8", tiny((8,), (8,)), oxijax.add, jnp.add, eager=True),
+        Case("eager sum", "8", tiny((8,)), lambda x: oxijax.sum(x, 0), lambda x: jnp.sum(x, 0),
+             eager=True),
+        Case("eager matmul", "4x4", tiny((4, 4), (4, 4)), oxijax.matmul, jnp.matmul, eager=True),
     ]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from oxijax import _checks, _primitive, _sharding
+from oxijax import _checks, _dispatch, _primitive, _sharding
 
 
 # Largest stride and padding, as in the C++ checks (ffi/bindings/checks.cc): far beyond any
@@ -15,8 +15,14 @@ from oxijax import _checks, _primitive, _sharding
 MAX_STEP = 2**31 - 1
 
 
+# max of sizes that may be symbolic (jax.export): Python's max cannot compare those.
+_max_dim = getattr(jax.core, "max_dim", max)
+
+
 def _output_size(size: int, pad: int, window: int, stride: int) -> int:
-    return (size + 2 * pad - window) // stride + 1
+    """Output positions along one axis; 0 when the window is larger than the padded
+    input, as in lax (an empty result, not an error)."""
+    return _max_dim((size + 2 * pad - window) // stride + 1, 0)
 
 
 def _abstract_eval(x, w, *, stride_h, stride_w, pad_h, pad_w):
@@ -72,26 +78,30 @@ def conv2d(
 ) -> jax.Array:
     """2-D cross-correlation: ``x`` [N, C, H, W] with ``w`` [K, C, R, S] -> [N, K, P, Q].
 
-    ``P = (H + 2*pad_h - R) // stride_h + 1`` and likewise ``Q``; zero padding. Equals
-    ``lax.conv_general_dilated(x, w, stride, [(ph, ph), (pw, pw)])``.
+    ``P = max(0, (H + 2*pad_h - R) // stride_h + 1)`` and likewise ``Q``; zero padding
+    (a filter larger than the padded input gives an empty result). Equals
+    ``lax.conv_general_dilated(x, w, stride, [(ph, ph), (pw, pw)])``, with x and w
+    promoted as in jax.numpy.
     """
-    x, w = _checks.array("x", x), _checks.array("w", w)
+    stride = _checks.static_int_pair("stride", stride, 1, MAX_STEP)
+    padding = _checks.static_int_pair("padding", padding, 0, MAX_STEP)
+    return _conv2d(x, w, stride=stride, padding=padding)
+
+
+@_dispatch.eager_jit("stride", "padding")
+def _conv2d(x: Any, w: Any, *, stride: tuple[int, int], padding: tuple[int, int]) -> jax.Array:
+    x, w = _checks.promote(x=x, w=w)
     _checks.rank("x", x, "4 (N, C, H, W)", x.ndim == 4)
     _checks.rank("w", w, "4 (K, C, R, S)", w.ndim == 4)
-    dtype = _checks.same_dtype(x=x, w=w)
-    stride_h, stride_w = _checks.static_int_pair("stride", stride, 1, MAX_STEP)
-    pad_h, pad_w = _checks.static_int_pair("padding", padding, 0, MAX_STEP)
+    (stride_h, stride_w), (pad_h, pad_w) = stride, padding
     n, c, h, wd = x.shape
     k, c_w, r, s = w.shape
     if c != c_w:
         raise ValueError(f"channels differ: x has C={c} {tuple(x.shape)}, w has C={c_w} {tuple(w.shape)}")
-    if h + 2 * pad_h < r or wd + 2 * pad_w < s:
-        raise ValueError(
-            f"filter {r}x{s} is larger than the padded input {h + 2 * pad_h}x{wd + 2 * pad_w}"
-        )
     out_shape = (n, k, _output_size(h, pad_h, r, stride_h), _output_size(wd, pad_w, s, stride_w))
-    if 0 in out_shape or c == 0 or r == 0 or s == 0:
-        return jnp.zeros(out_shape, dtype)
+    # An empty result, or one that sums only padding or nothing: no kernel to run.
+    if 0 in out_shape or 0 in x.shape or 0 in w.shape:
+        return jnp.zeros(out_shape, x.dtype)
     params = dict(stride_h=stride_h, stride_w=stride_w, pad_h=pad_h, pad_w=pad_w)
     # reshape, not x[None]: its transpose under grad is a reshape, not a (trivial) XLA sum
     return conv2d_p.bind(x.reshape(1, *x.shape), w.reshape(1, *w.shape), **params)[0]

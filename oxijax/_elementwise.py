@@ -6,9 +6,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from oxijax import _checks, _primitive, _sharding
+from oxijax import _checks, _dispatch, _primitive, _sharding
 from oxijax._enums import BinaryOp, UnaryOp
 
 
@@ -28,21 +27,31 @@ unary_p = _primitive.define(
 )
 
 
+# Ops whose jnp counterpart turns integer inputs into floats (jnp.exp(int32) is float32);
+# relu, abs and neg keep jnp's integer results and sigmoid rejects integers: a TypeError.
+_TO_FLOAT = frozenset({UnaryOp.TANH, UnaryOp.EXP, UnaryOp.LOG, UnaryOp.SQRT})
+
+
 def unary(x: Any, op: UnaryOp | str) -> jax.Array:
     """Applies ``op`` (relu, sigmoid, tanh, exp, log, sqrt, abs, neg) elementwise.
 
     NaN passes through every op; ``log(0) = -inf``; ``sqrt(-1) = nan``. Half types
-    compute in float32 and round once.
+    compute in float32 and round once. tanh, exp, log and sqrt take integers too and
+    return floats, as jnp's do.
     """
-    op = UnaryOp.parse(op)
-    x = _checks.array("x", x)
+    return _unary(x, op=UnaryOp.parse(op))
+
+
+@_dispatch.eager_jit("op")
+def _unary(x: Any, *, op: UnaryOp) -> jax.Array:
+    x = _checks.array("x", x, inexact=op in _TO_FLOAT)
     if x.size == 0:
         return x
     return unary_p.bind(x, op=op)
 
 
 def _binary_abstract_eval(a, b, *, op):
-    return jax.core.ShapedArray(np.broadcast_shapes(a.shape, b.shape), a.dtype)
+    return jax.core.ShapedArray(jnp.broadcast_shapes(a.shape, b.shape), a.dtype)
 
 
 def lift_batch(args, dims):
@@ -73,27 +82,20 @@ binary_p = _primitive.define(
 )
 
 
-def _operands(a: Any, b: Any) -> tuple[jax.Array, jax.Array]:
-    """Arrays of one dtype; a Python scalar takes the other operand's dtype (like jnp)."""
-    scalar = (bool, int, float)
-    if isinstance(a, scalar) and hasattr(b, "dtype"):
-        a = jnp.asarray(a, dtype=b.dtype)
-    elif isinstance(b, scalar) and hasattr(a, "dtype"):
-        b = jnp.asarray(b, dtype=a.dtype)
-    a, b = _checks.array("a", a), _checks.array("b", b)
-    _checks.same_dtype(a=a, b=b)
-    return a, b
-
-
 def binary(a: Any, b: Any, op: BinaryOp | str) -> jax.Array:
     """``a (op) b`` elementwise with NumPy broadcasting (add, sub, mul, div, max, min).
 
+    Dtypes promote as in jax.numpy (a Python scalar takes the array's dtype).
     ``max``/``min`` propagate NaN like ``jnp.maximum``/``jnp.minimum``.
     """
-    op = BinaryOp.parse(op)
-    a, b = _operands(a, b)
+    return _binary(a, b, op=BinaryOp.parse(op))
+
+
+@_dispatch.eager_jit("op")
+def _binary(a: Any, b: Any, *, op: BinaryOp) -> jax.Array:
+    a, b = _checks.promote(op is BinaryOp.DIV, a=a, b=b)
     try:
-        shape = np.broadcast_shapes(a.shape, b.shape)
+        shape = jnp.broadcast_shapes(a.shape, b.shape)
     except ValueError:
         raise ValueError(
             f"a of shape {tuple(a.shape)} and b of shape {tuple(b.shape)} do not broadcast"
@@ -103,25 +105,74 @@ def binary(a: Any, b: Any, op: BinaryOp | str) -> jax.Array:
     return binary_p.bind(a, b, op=op)
 
 
-def _unary_alias(op: UnaryOp):
-    def alias(x: Any) -> jax.Array:
-        return unary(x, op)
-
-    alias.__name__ = alias.__qualname__ = op.name.lower()
-    alias.__doc__ = f"``unary(x, UnaryOp.{op.name})``."
-    return alias
+# The named forms of unary and binary.
 
 
-def _binary_alias(op: BinaryOp, name: str):
-    def alias(a: Any, b: Any) -> jax.Array:
-        return binary(a, b, op)
-
-    alias.__name__ = alias.__qualname__ = name
-    alias.__doc__ = f"``binary(a, b, BinaryOp.{op.name})``."
-    return alias
+def relu(x: Any) -> jax.Array:
+    """``max(x, 0)`` elementwise (NaN stays NaN): ``unary(x, "relu")``."""
+    return unary(x, UnaryOp.RELU)
 
 
-relu, sigmoid, tanh, exp, log, sqrt, abs, neg = (_unary_alias(op) for op in UnaryOp)
-add, sub, mul, div = (_binary_alias(op, op.name.lower()) for op in list(BinaryOp)[:4])
-maximum = _binary_alias(BinaryOp.MAX, "maximum")
-minimum = _binary_alias(BinaryOp.MIN, "minimum")
+def sigmoid(x: Any) -> jax.Array:
+    """``1 / (1 + exp(-x))`` elementwise: ``unary(x, "sigmoid")``."""
+    return unary(x, UnaryOp.SIGMOID)
+
+
+def tanh(x: Any) -> jax.Array:
+    """Hyperbolic tangent elementwise: ``unary(x, "tanh")``."""
+    return unary(x, UnaryOp.TANH)
+
+
+def exp(x: Any) -> jax.Array:
+    """``e**x`` elementwise: ``unary(x, "exp")``."""
+    return unary(x, UnaryOp.EXP)
+
+
+def log(x: Any) -> jax.Array:
+    """Natural logarithm elementwise (``log(0) = -inf``): ``unary(x, "log")``."""
+    return unary(x, UnaryOp.LOG)
+
+
+def sqrt(x: Any) -> jax.Array:
+    """Square root elementwise (``sqrt(-1) = nan``): ``unary(x, "sqrt")``."""
+    return unary(x, UnaryOp.SQRT)
+
+
+def abs(x: Any) -> jax.Array:  # noqa: A001 - mirrors jnp.abs
+    """Absolute value elementwise: ``unary(x, "abs")``."""
+    return unary(x, UnaryOp.ABS)
+
+
+def neg(x: Any) -> jax.Array:
+    """``-x`` elementwise: ``unary(x, "neg")``."""
+    return unary(x, UnaryOp.NEG)
+
+
+def add(a: Any, b: Any) -> jax.Array:
+    """``a + b`` with broadcasting: ``binary(a, b, "add")``."""
+    return binary(a, b, BinaryOp.ADD)
+
+
+def sub(a: Any, b: Any) -> jax.Array:
+    """``a - b`` with broadcasting: ``binary(a, b, "sub")``."""
+    return binary(a, b, BinaryOp.SUB)
+
+
+def mul(a: Any, b: Any) -> jax.Array:
+    """``a * b`` with broadcasting: ``binary(a, b, "mul")``."""
+    return binary(a, b, BinaryOp.MUL)
+
+
+def div(a: Any, b: Any) -> jax.Array:
+    """``a / b`` with broadcasting: ``binary(a, b, "div")``."""
+    return binary(a, b, BinaryOp.DIV)
+
+
+def maximum(a: Any, b: Any) -> jax.Array:
+    """Elementwise maximum, NaN-propagating like ``jnp.maximum``: ``binary(a, b, "max")``."""
+    return binary(a, b, BinaryOp.MAX)
+
+
+def minimum(a: Any, b: Any) -> jax.Array:
+    """Elementwise minimum, NaN-propagating like ``jnp.minimum``: ``binary(a, b, "min")``."""
+    return binary(a, b, BinaryOp.MIN)

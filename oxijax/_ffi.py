@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.export
 
 from oxijax._extension import _oxijax
 
@@ -26,6 +27,18 @@ def cuda_available() -> bool:
         return bool(jax.devices("cuda"))
     except RuntimeError:
         return False
+
+
+def export_disabled_checks() -> list[jax.export.DisabledSafetyCheck]:
+    """The safety checks that ``jax.export.export`` must skip to serialize programs that
+    call oxijax: one ``DisabledSafetyCheck.custom_call`` per oxijax FFI target (forward
+    and backward). JAX refuses custom calls it does not know to be stable; oxijax's
+    target names and attributes are (README: Exporting), so pass::
+
+        jax.export.export(jax.jit(f), disabled_checks=oxijax.export_disabled_checks())
+    """
+    names = sorted({name for targets in REGISTERED_TARGETS.values() for name in targets})
+    return [jax.export.DisabledSafetyCheck.custom_call(name) for name in names]
 
 
 #: Lowering platform -> FFI target names registered on it.

@@ -6,9 +6,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from oxijax import _checks, _primitive, _sharding
+from oxijax import _checks, _dispatch, _primitive, _sharding
 from oxijax._enums import Transpose
 
 
@@ -20,7 +19,7 @@ def _matrix_dims(shape, trans: Transpose) -> tuple[int, int]:
 def _abstract_eval(a, b, *c, trans_a, trans_b, alpha, beta, allow_tf32):
     m, _ = _matrix_dims(a.shape, trans_a)
     _, n = _matrix_dims(b.shape, trans_b)
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     return jax.core.ShapedArray((*batch, m, n), a.dtype)
 
 
@@ -86,12 +85,23 @@ def gemm(
     trans_b = Transpose.parse(trans_b, "trans_b")
     if precision not in ("highest", "tf32"):
         raise ValueError(f"precision must be 'highest' or 'tf32', got {precision!r}")
-    alpha = _checks.static_float("alpha", alpha)
-    beta = _checks.static_float("beta", beta)
-    a, b = _checks.array("a", a), _checks.array("b", b)
+    return _gemm(
+        a, b, c, trans_a=trans_a, trans_b=trans_b, alpha=_checks.static_float("alpha", alpha),
+        beta=_checks.static_float("beta", beta), allow_tf32=precision == "tf32",
+    )
+
+
+@_dispatch.eager_jit("trans_a", "trans_b", "alpha", "beta", "allow_tf32")
+def _gemm(a: Any, b: Any, c: Any, *, trans_a: Transpose, trans_b: Transpose, alpha: float,
+          beta: float, allow_tf32: bool) -> jax.Array:
+    if beta != 0.0 and c is None:
+        raise ValueError("c is required when beta != 0")
+    # c takes part in the promotion whenever it is given, read or not (like beta * c).
+    a, b, *rest = _checks.promote(a=a, b=b, **({} if c is None else {"c": c}))
+    c = rest[0] if rest else None
     _checks.rank("a", a, ">= 2", a.ndim >= 2)
     _checks.rank("b", b, ">= 2", b.ndim >= 2)
-    dtype = _checks.same_dtype(a=a, b=b)
+    dtype = a.dtype
     m, k = _matrix_dims(a.shape, trans_a)
     k_b, n = _matrix_dims(b.shape, trans_b)
     if k != k_b:
@@ -100,17 +110,13 @@ def gemm(
             f" but op(b) is {k_b}x{n} (b {tuple(b.shape)}, trans_b={trans_b.name})"
         )
     try:
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:
         raise ValueError(
             f"batch dims of a {tuple(a.shape)} and b {tuple(b.shape)} do not broadcast"
         ) from None
     out_shape = (*batch, m, n)
     if beta != 0.0:
-        if c is None:
-            raise ValueError("c is required when beta != 0")
-        c = _checks.array("c", c)
-        _checks.same_dtype(a=a, c=c)
         try:
             c = jnp.broadcast_to(c, out_shape)
         except ValueError:
@@ -127,13 +133,18 @@ def gemm(
     operands = (a, b, c) if beta != 0.0 else (a, b)
     return gemm_p.bind(
         *operands, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
-        allow_tf32=precision == "tf32",
+        allow_tf32=allow_tf32,
     )
 
 
 def matmul(a: Any, b: Any) -> jax.Array:
     """``a @ b`` like ``jnp.matmul`` (1-D operands are promoted and squeezed back)."""
-    a, b = _checks.array("a", a), _checks.array("b", b)
+    return _matmul(a, b)
+
+
+@_dispatch.eager_jit()
+def _matmul(a: Any, b: Any) -> jax.Array:
+    a, b = _checks.promote(a=a, b=b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul operands must have rank >= 1 (use mul for scalars)")
     vector_a, vector_b = a.ndim == 1, b.ndim == 1

@@ -30,7 +30,7 @@ from oxijax._enums import _OpEnum
 from oxijax._ffi import REGISTERED_TARGETS
 
 
-def _as_attribute(value: Any) -> Any:
+def _as_attribute(name: str, value: Any) -> Any:
     """Python parameter -> the FFI attribute type its handler decodes."""
     if isinstance(value, _OpEnum):
         return np.int32(int(value))
@@ -40,14 +40,16 @@ def _as_attribute(value: Any) -> Any:
         return np.int64(value)
     if isinstance(value, float):
         return np.float64(value)
-    raise TypeError(f"no FFI attribute type for {value!r}")
+    # e.g. a conv2d gradient's input size, symbolic in jax.export: attributes are static
+    raise TypeError(f"oxijax parameter {name}={value!r} must be a static number (FFI attribute); "
+                    "a symbolic dimension cannot be one: export with a concrete size for it")
 
 
 def _ffi_lowering(target: str) -> Callable[..., Any]:
     lower = jax.ffi.ffi_lowering(target)
 
     def rule(ctx, *operands, **params):
-        return lower(ctx, *operands, **{k: _as_attribute(v) for k, v in params.items()})
+        return lower(ctx, *operands, **{k: _as_attribute(k, v) for k, v in params.items()})
 
     return rule
 
@@ -121,10 +123,12 @@ def _typed(name: str, abstract_eval: Callable[..., Any], multiple_results: bool
 
     def rule(*avals, **params):
         out = abstract_eval(*avals, **params)
+        weak = all(a.weak_type for a in avals)
         if _vma_rule is None or get_mesh is None:
-            return out
+            results = [o.update(weak_type=weak) for o in (out if multiple_results else [out])]
+            return results if multiple_results else results[0]
         _vma_rule(name, *avals)  # raises if the operands vary over different axes
-        like, weak, mesh = avals[0], all(a.weak_type for a in avals), get_mesh()
+        like, mesh = avals[0], get_mesh()
         manual = bool(getattr(mesh, "manual_axes", ()))
         typed = [like.update(shape=o.shape, dtype=o.dtype, weak_type=weak,
                              sharding=NamedSharding(mesh, PartitionSpec()) if manual

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from oxijax import _checks, _primitive, _sharding
+from oxijax import _checks, _dispatch, _primitive, _sharding
 from oxijax._enums import ReduceOp
 
 
@@ -39,10 +39,18 @@ def reduce(x: Any, op: ReduceOp | str, axis: int) -> jax.Array:
 
     The axis is removed from the result. Half types accumulate in float32. NaN
     propagates through max and min; the mean of an empty axis is NaN; max and min of
-    an empty axis raise ``ValueError``.
+    an empty axis raise ``ValueError``. mean takes integers too and returns floats, as
+    ``jnp.mean`` does; like jnp's reductions, results are never weak-typed.
     """
-    op = ReduceOp.parse(op)
-    x = _checks.array("x", x)
+    # Static params are checked before the (cached) eager jit, which would take axis=1.0
+    # for the axis=1 it has seen.
+    return _reduce(x, op=ReduceOp.parse(op), axis=_checks.static_int("axis", axis))
+
+
+@_dispatch.eager_jit("op", "axis")
+def _reduce(x: Any, *, op: ReduceOp, axis: int) -> jax.Array:
+    x = _checks.array("x", x, inexact=op is ReduceOp.MEAN)
+    x = _checks.strong(x)
     if x.ndim == 0:
         raise ValueError("x must have rank >= 1 to be reduced, got a scalar")
     axis = _checks.axis("axis", axis, x.ndim)

@@ -1,7 +1,8 @@
 """oxijax against XLA's own ops, timed in the same process.
 
 ``run()`` measures every case of ``oxijax._cases`` (jitted, warmed up, median of several
-pipelined runs, ``block_until_ready``) and returns a :class:`Report`; ``print_table`` and
+pipelined runs, ``block_until_ready``; the "eager" rows call tiny ops without jit, so
+they time the dispatch of an eager call) and returns a :class:`Report`; ``print_table`` and
 ``plot`` present it. ``python -m oxijax bench`` is the command-line front end.
 """
 
@@ -108,7 +109,7 @@ def run(dtypes: Sequence[str] = ("float32",), repeats: int = 10, size: str | Non
     size = size or ("gpu" if jax.default_backend() == "gpu" else "large")
     device = jax.devices()[0]
     report = Report(str(device), device.device_kind, device.platform, size, repeats)
-    cases = _cases.cases(size)
+    cases = _cases.cases(size) + _cases.eager_cases()
     bar = _progress(len(cases) * len(dtypes), progress)
     step = 0
     for name in dtypes:
@@ -135,9 +136,10 @@ def run(dtypes: Sequence[str] = ("float32",), repeats: int = 10, size: str | Non
 def _measure(case: _cases.Case, dtype_name: str, repeats: int, copy: float) -> dict[str, Any]:
     dtype = DTYPES[dtype_name]
     args = case.make_args(dtype)
-    ours = median_seconds(jax.jit(case.oxijax_fn), args, repeats)
+    wrap = (lambda fn: fn) if case.eager else jax.jit
+    ours = median_seconds(wrap(case.oxijax_fn), args, repeats)
     baselines = {"XLA": case.xla_fn, **dict(case.baselines)}
-    times = {label: median_seconds(jax.jit(fn), args, repeats) for label, fn in baselines.items()}
+    times = {label: median_seconds(wrap(fn), args, repeats) for label, fn in baselines.items()}
     itemsize = jnp.dtype(dtype).itemsize
     row: dict[str, Any] = {
         "op": case.op, "dtype": dtype_name, "shape": case.shape, "oxijax_ms": ours * 1e3,

@@ -35,7 +35,8 @@ def test_bench_writes_json(tmp_path, monkeypatch):
     report = json.loads(path.read_text())
     results = report["results"]
     assert report["sizes"] == "small"
-    assert {r["op"] for r in results} == {c.op for c in cli._cases.cases("small")}
+    cases = cli._cases.cases("small") + cli._cases.eager_cases()
+    assert {r["op"] for r in results} == {c.op for c in cases}
     assert all(r["oxijax_ms"] > 0 and r["ratio"] > 0 and r["copy_gbps"] > 0 for r in results)
     # cuDNN attention is a baseline that cannot run on a CPU: reported, as NaN, not dropped.
     attention = next(r for r in results if r["op"] == "attention")

@@ -59,6 +59,42 @@ def test_zero_sizes():
     assert oxijax.conv2d(jnp.zeros((1, 2, 5, 5)), jnp.zeros((0, 2, 3, 3))).shape == (1, 0, 3, 3)
 
 
+# (x shape, w shape, stride, padding): empty inputs, and filters larger than the padded
+# input, which lax answers with an empty result (P or Q = 0) rather than an error.
+SMALL_CASES = [
+    ((2, 3, 0, 4), (5, 3, 1, 2), (1, 1), (0, 0)),   # H = 0: P = 0
+    ((2, 3, 0, 4), (5, 3, 1, 2), (1, 1), (1, 0)),   # H = 0 padded by 1: zeros from the padding
+    ((2, 3, 0, 4), (5, 3, 3, 2), (2, 1), (1, 1)),
+    ((1, 2, 2, 3), (4, 2, 3, 3), (1, 1), (0, 0)),   # input smaller than the filter
+    ((1, 2, 2, 3), (4, 2, 5, 2), (1, 1), (1, 0)),   # still smaller once padded
+    ((1, 2, 1, 1), (3, 2, 4, 4), (2, 3), (1, 1)),
+    ((1, 2, 2, 2), (3, 2, 4, 4), (1, 1), (1, 1)),   # exactly the padded size: 1x1
+    ((0, 2, 1, 1), (3, 2, 4, 4), (1, 1), (0, 0)),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding", SMALL_CASES, ids=str)
+def test_empty_and_small_inputs_like_lax(x_shape, w_shape, stride, padding):
+    x, w = random(x_shape, jnp.float64, 1), random(w_shape, jnp.float64, 2)
+
+    def lax_conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding])
+
+    def ours(x, w):
+        return oxijax.conv2d(x, w, stride=stride, padding=padding)
+
+    expected = lax_conv(x, w)
+    actual = ours(x, w)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12)
+    # gradients of sum(y * ct) with respect to x and w, for a random ct of y's shape
+    ct = random(expected.shape, jnp.float64, 3)
+    loss = lambda fn: lambda x, w: (fn(x, w) * ct).sum()  # noqa: E731
+    for got, want in zip(jax.grad(loss(ours), (0, 1))(x, w), jax.grad(loss(lax_conv), (0, 1))(x, w)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_nan_propagates():
     x = random((1, 1, 4, 4), jnp.float32).at[0, 0, 1, 1].set(jnp.nan)
     out = np.asarray(oxijax.conv2d(x, jnp.ones((1, 1, 2, 2), jnp.float32)))

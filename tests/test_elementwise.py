@@ -144,3 +144,13 @@ def test_binary_vmap_of_both_operands():
 def test_zero_size_inputs():
     assert oxijax.relu(jnp.zeros((0, 3))).shape == (0, 3)
     assert oxijax.add(jnp.zeros((0, 3)), jnp.zeros((3,))).shape == (0, 3)
+
+
+def test_eager_calls_match_traced_calls_and_traces_stay_flat():
+    """Eager calls run through a cached jit (oxijax/_dispatch.py); under a trace, even
+    with constant operands, the primitive itself shows in the jaxpr."""
+    a, b = random((4, 3), jnp.float32, 1), random((3,), jnp.bfloat16, 2)
+    np.testing.assert_array_equal(oxijax.mul(a, b), jax.jit(oxijax.mul)(a, b))
+    for fn in (lambda: oxijax.mul(a, b), lambda: oxijax.sum(oxijax.exp(a), 0)):
+        names = [e.primitive.name for e in jax.make_jaxpr(fn)().eqns]
+        assert names[-1].startswith("oxijax_") and not any("jit" in n for n in names), names

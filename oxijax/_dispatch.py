@@ -1,0 +1,61 @@
+"""Eager calls through one cached jit per public function, as jax.numpy's functions are.
+
+An eager oxijax call would otherwise run its trace-time checks (dtype promotion, shape
+checks, reshapes) op by op on concrete arrays, each an XLA dispatch of its own: ~10x
+the cost of the jnp call. Calls whose array arguments are all concrete run instead the
+same Python function under `jax.jit`, so the checks run once per shape and dtype and
+the call costs one jit dispatch. Inside a transformation (tracers) or under a trace
+(constants), the function runs as is: jaxprs show the oxijax primitives directly.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+try:  # whether no transformation or trace is active (JAX has no public query)
+    from jax._src.core import trace_ctx
+
+    _top_level: Callable[[], bool] = trace_ctx.is_top_level
+except (ImportError, AttributeError):  # other JAX versions: plain arrays suffice
+
+    def _top_level() -> bool:
+        return True
+
+
+# Types jit takes as they are: plain values, and concrete jax.Array types (jaxlib's,
+# added when first seen: a set lookup costs a tenth of isinstance against the ABC).
+# Anything else (lists, tracers) takes the plain path.
+_CONCRETE = {np.ndarray, float, int, bool, type(None)}
+
+
+def _concrete(x: Any) -> bool:
+    if type(x) in _CONCRETE:
+        return True
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+        _CONCRETE.add(type(x))
+        return True
+    return False
+
+
+def eager_jit(*static: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorates ``fn(*arrays, **params)``: the params become jit's static arguments.
+    The caller checks and normalises them first: they must be hashable, and jit's
+    cache would take axis=1.0 for an axis=1 it has seen."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        jitted = jax.jit(fn, static_argnames=static)
+
+        @functools.wraps(fn)
+        def call(*arrays: Any, **params: Any) -> Any:
+            if all(map(_concrete, arrays)) and _top_level():
+                return jitted(*arrays, **params)
+            return fn(*arrays, **params)
+
+        return call
+
+    return decorate
