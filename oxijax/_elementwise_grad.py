@@ -59,24 +59,24 @@ def _unary_transpose(ct, x, *, op):
 def _second_derivative(x, u, op):
     """u * f''(x) for the unary op f, from oxijax primitives (themselves differentiable,
     so every order works); None where f'' = 0 (relu and abs, as in JAX, and neg)."""
-    def grad(op_, v):
-        return unary_grad_p.bind(x, v, op=op_)
+    def grad(v):  # v * f'(x)
+        return unary_grad_p.bind(x, v, op=op)
 
     def mul(a, b):
         return binary_p.bind(a, b, op=BinaryOp.MUL)
 
-    if op is UnaryOp.EXP:  # exp'' = exp
-        return grad(op, u)
-    if op is UnaryOp.LOG:  # log'' = -1/x^2 = -(1/x)/x
-        return neg(grad(op, grad(op, u)))
-    if op is UnaryOp.SQRT:  # sqrt'' = -2 sqrt'^3 (its sign at -0.0 as in JAX, not -sqrt'/2x)
-        return mul(grad(op, grad(op, grad(op, u))), scalar(-2.0, u.dtype))
+    if op is UnaryOp.EXP:  # exp'' = exp'
+        return grad(u)
+    if op is UnaryOp.LOG:  # log'' = -1/x^2 = -log'^2
+        return neg(grad(grad(u)))
+    if op is UnaryOp.SQRT:  # sqrt'' = -2 sqrt'^3 (infinite at -0.0 with JAX's sign)
+        return mul(grad(grad(grad(u))), scalar(-2.0, u.dtype))
     if op is UnaryOp.TANH:  # tanh'' = -2 tanh tanh'
-        return mul(grad(op, u), mul(unary_p.bind(x, op=op), scalar(-2.0, u.dtype)))
+        return mul(grad(u), mul(unary_p.bind(x, op=op), scalar(-2.0, u.dtype)))
     if op is UnaryOp.SIGMOID:  # sigmoid'' = sigmoid' (1 - 2 sigmoid) = -sigmoid' tanh(x/2),
         # which, unlike 1 - 2 sigmoid, does not cancel near 0 in half types
         half_x = mul(x, scalar(0.5, x.dtype))
-        return neg(mul(grad(op, u), unary_p.bind(half_x, op=UnaryOp.TANH)))
+        return neg(mul(grad(u), unary_p.bind(half_x, op=UnaryOp.TANH)))
     return None
 
 
