@@ -103,5 +103,6 @@ def _conv2d(x: Any, w: Any, *, stride: tuple[int, int], padding: tuple[int, int]
     if 0 in out_shape or 0 in x.shape or 0 in w.shape:
         return jnp.zeros(out_shape, x.dtype)
     params = dict(stride_h=stride_h, stride_w=stride_w, pad_h=pad_h, pad_w=pad_w)
-    # reshape, not x[None]: its transpose under grad is a reshape, not a (trivial) XLA sum
-    return conv2d_p.bind(x.reshape(1, *x.shape), w.reshape(1, *w.shape), **params)[0]
+    # reshapes, not x[None] and [0]: their transposes are reshapes, not (trivial) XLA sums
+    out = conv2d_p.bind(x.reshape(1, *x.shape), w.reshape(1, *w.shape), **params)
+    return out.reshape(out_shape)

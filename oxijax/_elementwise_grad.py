@@ -1,9 +1,9 @@
 """Differentiation of unary and binary, and their backward primitives.
 
 - unary: tangent = oxijax_unary_grad(x, dx) = dx * f'(x) (one kernel; neg is linear).
-  unary_grad is linear in dx and its own transpose. Its derivative in x (second
-  derivatives of unary) exists for relu, abs and exp, whose f'' is 0 or f itself; the
-  other ops raise NotImplementedError rather than give a wrong answer.
+  unary_grad is linear in dx and its own transpose. Its derivative in x is
+  t * dx * f''(x), with f'' written in oxijax primitives (unary_grad, unary, binary), so
+  derivatives of every order are oxijax kernels.
 - binary: add/sub/mul/div through binary itself (and neg); max/min weigh each operand's
   tangent by oxijax_binary_partial, JAX's rule (1/2 each on ties). The cotangent of a
   broadcast operand is summed back to its shape with oxijax's reduce.
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.interpreters import ad
 
 from oxijax import _primitive, _sharding
-from oxijax._autodiff import (Zero, is_undefined, neg, shape_of, sum_terms, unbroadcast,
+from oxijax._autodiff import (Zero, is_undefined, neg, scalar, shape_of, sum_terms, unbroadcast,
                               zero_cotangents, zero_tangent)
 from oxijax._elementwise import binary_p, lift_batch, unary_p
 from oxijax._enums import BinaryOp, UnaryOp
@@ -56,17 +56,36 @@ def _unary_transpose(ct, x, *, op):
     return zero_cotangents(ct, x) if type(ct) is Zero else [neg(ct)]
 
 
+def _second_derivative(x, u, op):
+    """u * f''(x) for the unary op f, from oxijax primitives (themselves differentiable,
+    so every order works); None where f'' = 0 (relu and abs, as in JAX, and neg)."""
+    def grad(v):  # v * f'(x)
+        return unary_grad_p.bind(x, v, op=op)
+
+    def mul(a, b):
+        return binary_p.bind(a, b, op=BinaryOp.MUL)
+
+    if op is UnaryOp.EXP:  # exp'' = exp'
+        return grad(u)
+    if op is UnaryOp.LOG:  # log'' = -1/x^2 = -log'^2
+        return neg(grad(grad(u)))
+    if op is UnaryOp.SQRT:  # sqrt'' = -2 sqrt'^3 (infinite at -0.0 with JAX's sign)
+        return mul(grad(grad(grad(u))), scalar(-2.0, u.dtype))
+    if op is UnaryOp.TANH:  # tanh'' = -2 tanh tanh'
+        return mul(grad(u), mul(unary_p.bind(x, op=op), scalar(-2.0, u.dtype)))
+    if op is UnaryOp.SIGMOID:  # sigmoid'' = sigmoid' (1 - 2 sigmoid) = -sigmoid' tanh(x/2),
+        # which, unlike 1 - 2 sigmoid, does not cancel near 0 in half types
+        half_x = mul(x, scalar(0.5, x.dtype))
+        return neg(mul(grad(u), unary_p.bind(half_x, op=UnaryOp.TANH)))
+    return None
+
+
 def _unary_grad_jvp(primals, tangents, *, op):
     (x, t), (dx, dt) = primals, tangents
     out = unary_grad_p.bind(x, t, op=op)
     terms = [None if type(dt) is Zero else unary_grad_p.bind(x, dt, op=op)]
-    if type(dx) is not Zero:
-        if op is UnaryOp.EXP:  # d/dx (t * exp(x)) = (t * dx) * exp(x)
-            terms.append(unary_grad_p.bind(x, binary_p.bind(t, dx, op=BinaryOp.MUL), op=op))
-        elif op not in (UnaryOp.RELU, UnaryOp.ABS, UnaryOp.NEG):  # those have f'' = 0
-            raise NotImplementedError(
-                f"oxijax: second derivatives of unary {op.name.lower()} are not supported "
-                "(only of relu, abs, neg and exp); differentiate the jnp function instead")
+    if type(dx) is not Zero:  # d/dx (t * f'(x)) = (t * dx) * f''(x)
+        terms.append(_second_derivative(x, binary_p.bind(t, dx, op=BinaryOp.MUL), op))
     tangent = sum_terms(terms)
     return out, zero_tangent(out) if tangent is None else tangent
 

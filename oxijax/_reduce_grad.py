@@ -1,7 +1,8 @@
 """Differentiation of reduce.
 
 sum and mean are linear: their tangent is the reduce of the tangent, their transpose a
-broadcast of the cotangent (divided by the axis length for mean, by oxijax's div).
+broadcast of the cotangent (divided by the axis length for mean, by oxijax's div) by
+oxijax's mul, whose transpose is oxijax's sum.
 max and min follow JAX's rule: the tangent is the mean of the tangents at the
 positions equal to the result (split equally among ties; NaN where the result is
 NaN). Those positions are weighted by oxijax_binary_partial(x, result), which is 1/2
@@ -11,6 +12,7 @@ exactly where x equals the result, and the weights' sum divides: the 1/2 cancels
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 from jax.interpreters import ad
 
@@ -46,8 +48,12 @@ def _transpose(ct, x, *, op, axis):
     shape = x.aval.shape
     if op is ReduceOp.MEAN:
         ct = binary_p.bind(ct, scalar(shape[axis], ct.dtype), op=BinaryOp.DIV)
-    dims = tuple(d for d in range(len(shape)) if d != axis)
-    return [lax.broadcast_in_dim(ct, shape, dims)]
+    # Broadcast back by multiplying with ones along the axis (exact, -0.0 and NaN
+    # included): transposed in turn (third derivatives), that is oxijax's sum again,
+    # where lax.broadcast_in_dim's transpose would be XLA's reduce_sum.
+    ones = jnp.ones((1,) * axis + (shape[axis],) + (1,) * (len(shape) - axis - 1), ct.dtype)
+    kept = shape[:axis] + (1,) + shape[axis + 1:]
+    return [binary_p.bind(ct.reshape(kept), ones, op=BinaryOp.MUL)]
 
 
 ad.primitive_jvps[reduce_p] = _jvp
