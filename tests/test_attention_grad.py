@@ -155,19 +155,25 @@ SHARDED = textwrap.dedent(
     args = [np.random.default_rng(s).standard_normal((4, 2, 16, 8)) for s in range(3)]
     grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(oxijax.attention(q, k, v, causal=True) ** 2),
                             (0, 1, 2)))
+    # Forward mode too: the tangents are sharded like the primals.
+    jvp = jax.jit(lambda *a: jax.jvp(lambda q, k, v: oxijax.attention(q, k, v, causal=True),
+                                     a[:3], a[3:])[1])
     sharded = [jax.device_put(a, NamedSharding(mesh, P("x", "y"))) for a in args]
     got, want = grad(*sharded), grad(*(jnp.asarray(a) for a in args))
-    hlo = grad.lower(*sharded).compile().as_text()
+    got_t, want_t = jvp(*sharded, *sharded[::-1]), jvp(*args, *args[::-1])
+    collectives = lambda f, *a: re.findall(  # noqa: E731
+        r"all-gather|all-reduce|all-to-all|collective-permute", f.lower(*a).compile().as_text())
     print(json.dumps({
-        "close": all(bool(np.allclose(g, w, rtol=1e-12, atol=1e-12)) for g, w in zip(got, want)),
-        "collectives": sorted(set(re.findall(r"all-gather|all-reduce|all-to-all|collective-permute", hlo))),
-        "spec": [list(map(str, g.sharding.spec)) for g in got],
+        "close": all(bool(np.allclose(g, w, rtol=1e-12, atol=1e-12)) for g, w in zip(got, want))
+                 and bool(np.allclose(got_t, want_t, rtol=1e-12, atol=1e-12)),
+        "collectives": sorted(set(collectives(grad, *sharded) + collectives(jvp, *sharded, *sharded))),
+        "spec": [list(map(str, g.sharding.spec)) for g in (*got, got_t)],
     }))
     """
 )
 
 
-def test_sharded_gradients_stay_local():
+def test_sharded_gradients_and_tangents_stay_local():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu")
     run = subprocess.run([sys.executable, "-c", SHARDED], capture_output=True, text=True,

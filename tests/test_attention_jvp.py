@@ -161,3 +161,16 @@ def test_gradients_are_bit_reproducible(b, h, sq, skv, d, dtype, causal):
     for _ in range(2):
         for g, want in zip(grad(q, k, v, dout), first):
             np.testing.assert_array_equal(np.asarray(g), want)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("b,h,sq,skv,d", [(1, 2, 7, 5, 3), (2, 1, 64, 130, 64), (1, 2, 130, 127, 128),
+                                          (1, 1, 9, 3, 4)], ids=str)
+def test_jvp_on_gpu(b, h, sq, skv, d, causal, dtype, gpu):
+    args = [jax.device_put(x, gpu) for x in operands(b, h, sq, skv, d, dtype)]
+    out, tangent = jvp(attn(causal), args)
+    assert tangent.devices() == {gpu} and tangent.dtype == dtype
+    _, want = jvp(ref(causal, 1 / np.sqrt(d)), [jnp.asarray(f64(jax.device_get(x))) for x in args])
+    assert_close(tangent, want, dtype, factor=1.0 if dtype in (jnp.float32, jnp.float64) else 4.0)
+    again = jvp(attn(causal), args)[1]  # one owner per accumulator: deterministic
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(tangent))
