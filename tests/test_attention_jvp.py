@@ -53,8 +53,8 @@ def test_jvp_matches_reference(b, h, sq, skv, d, causal, dtype):
 def test_explicit_scale_and_some_zero_tangents():
     q, k, v, dq, _, _ = operands(1, 2, 9, 11, 8, jnp.float64)
     for fn, rf in [(attn(True, 3.0), ref(True, 3.0)), (attn(False, 0.1), ref(False, 0.1))]:
-        got = jax.jvp(lambda q: fn(q, k, v), (q,), (dq,))[1]  # k, v: symbolic zeros
-        want = jax.jvp(lambda q: rf(q, k, v), (q,), (dq,))[1]
+        got = jax.jit(lambda q, dq: jax.jvp(lambda q: fn(q, k, v), (q,), (dq,))[1])(q, dq)
+        want = jax.jit(lambda q, dq: jax.jvp(lambda q: rf(q, k, v), (q,), (dq,))[1])(q, dq)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
 
 
@@ -63,7 +63,7 @@ def test_jacfwd_and_jacrev_match_reference(causal):
     q, k, v, *_ = operands(1, 2, 4, 6, 3, jnp.float64)
     for jac in (jax.jacfwd, jax.jacrev):
         got = jax.jit(jac(attn(causal), (0, 1, 2)))(q, k, v)
-        want = jac(ref(causal, 1 / np.sqrt(3)), (0, 1, 2))(q, k, v)
+        want = jax.jit(jac(ref(causal, 1 / np.sqrt(3)), (0, 1, 2)))(q, k, v)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-13)
 
@@ -129,12 +129,10 @@ def test_transpose_of_the_backward_is_the_jvp():
     # d/d(cotangent) of the VJP: the backward's own JVP and transpose rules.
     q, k, v, dq, dk, dv = operands(1, 2, 6, 7, 4, jnp.float64)
     ct = random(q.shape, jnp.float64, 9)
-    want = jax.grad(lambda ct: jnp.sum(jax.vjp(ref(True, 0.5), q, k, v)[1](ct)[1] * dk))(ct)
-    got = jax.jit(jax.grad(lambda ct: jnp.sum(jax.vjp(attn(True), q, k, v)[1](ct)[1] * dk)))(ct)
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
-    text = str(jax.make_jaxpr(jax.grad(
-        lambda ct: jnp.sum(jax.vjp(attn(True), q, k, v)[1](ct)[1] * dk)))(ct))
-    assert "oxijax_attention_jvp[" in text
+    probe = lambda fn: jax.grad(lambda ct: jnp.sum(jax.vjp(fn, q, k, v)[1](ct)[1] * dk))  # noqa: E731
+    got = jax.jit(probe(attn(True)))(ct)
+    np.testing.assert_allclose(got, jax.jit(probe(ref(True, 0.5)))(ct), rtol=1e-12, atol=1e-13)
+    assert "oxijax_attention_jvp[" in str(jax.make_jaxpr(probe(attn(True)))(ct))
 
 
 def test_second_derivatives_raise_clearly():
