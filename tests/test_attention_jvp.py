@@ -151,13 +151,14 @@ def test_second_derivatives_raise_clearly():
     (1, 2, 700, 640, 16, jnp.float32),    # many query and key blocks
     (2, 3, 129, 300, 8, jnp.bfloat16),
 ], ids=str)
-def test_gradients_are_bit_reproducible(b, h, sq, skv, d, dtype, causal):
+def test_derivatives_are_bit_reproducible(b, h, sq, skv, d, dtype, causal):
     # XLA's CPU intra-op pool has one thread per core: the key groups run concurrently.
-    q, k, v, dout, *_ = operands(b, h, sq, skv, d, dtype)
+    args = operands(b, h, sq, skv, d, dtype)
     grad = jax.jit(lambda *a: jax.vjp(attn(causal), *a[:3])[1](a[3]))
-    first = [np.asarray(g) for g in grad(q, k, v, dout)]
+    tangent = jax.jit(lambda *a: jax.jvp(attn(causal), a[:3], a[3:])[1])
+    first = [np.asarray(g) for g in (*grad(*args[:4]), tangent(*args))]
     for _ in range(2):
-        for g, want in zip(grad(q, k, v, dout), first):
+        for g, want in zip((*grad(*args[:4]), tangent(*args)), first):
             np.testing.assert_array_equal(np.asarray(g), want)
 
 
