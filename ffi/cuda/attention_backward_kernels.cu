@@ -1,5 +1,6 @@
-// CUDA attention derivatives: the backward (FlashAttention-2 style) and the JVP, tiled SIMT versions: P is
-// recomputed from the forward's log-sum-exp and never stored beyond one tile.
+// CUDA attention derivatives, the backward (FlashAttention-2 style) and the JVP, as tiled
+// SIMT kernels: P is recomputed from the forward's log-sum-exp and never stored beyond
+// one tile.
 //
 // Three kernels on the caller's stream:
 // 1. delta = rowsum(dO * O) per query row, one warp per row, in Acc<T>.
@@ -270,7 +271,8 @@ jvp_kernel(TileParams p, const T* __restrict__ q, const T* __restrict__ k,
       const int r = int(e / dim);
       const int64_t d = e % dim;
       A g = A(0);
-      for (int c = 0; c < nk; ++c) g += ps[r * tile + c] * dvs[c * dim + d] + ws[r * tile + c] * vs[c * dim + d];
+      for (int c = 0; c < nk; ++c)
+        g += ps[r * tile + c] * dvs[c * dim + d] + ws[r * tile + c] * vs[c * dim + d];
       acc[e] += g;
     }
     if (threadIdx.x < rows) {
