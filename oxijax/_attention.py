@@ -30,19 +30,29 @@ def _abstract_eval(q, k, v, *, scale, causal):
     )
 
 
-def _folded_batching(primitive):
-    """The batching rule of an attention primitive: vmap's axis joins the kernel's batch
-    axis of every operand and result, [V, B, ...] -> [V * B, ...]."""
-    def rule(args, dims, **params):
-        size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-        moved = (_primitive.move_batch_to_front(x, d, size) for x, d in zip(args, dims))
-        results = primitive.bind(*(x.reshape(size * x.shape[1], *x.shape[2:]) for x in moved),
-                                 **params)
-        unfold = lambda r: r.reshape(size, -1, *r.shape[1:])  # noqa: E731
-        if not primitive.multiple_results:
-            return unfold(results), 0
-        return tuple(map(unfold, results)), (0,) * len(results)
-    return rule
+def _folded(primitive, args, dims, **params):
+    """Batching of an attention primitive: vmap's axis joins the kernel's batch axis of
+    every operand and result, [V, B, ...] -> [V * B, ...]."""
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    moved = (_primitive.move_batch_to_front(x, d, size) for x, d in zip(args, dims))
+    results = primitive.bind(*(x.reshape(size * x.shape[1], *x.shape[2:]) for x in moved),
+                             **params)
+    unfold = lambda r: r.reshape(size, -1, *r.shape[1:])  # noqa: E731
+    if not primitive.multiple_results:
+        return unfold(results), 0
+    return tuple(map(unfold, results)), (0,) * len(results)
+
+
+def _batching(args, dims, **params):
+    return _folded(attention_p, args, dims, **params)
+
+
+def _jvp_batching(args, dims, **params):
+    return _folded(attention_jvp_p, args, dims, **params)
+
+
+def _backward_batching(args, dims, **params):
+    return _folded(attention_backward_p, args, dims, **params)
 
 
 def _factors(avals_in, avals_out, *, scale, causal):
@@ -79,19 +89,18 @@ def _backward_abstract_eval(q, k, v, out, lse, dout, *, scale, causal):
 
 
 attention_p = _primitive.define(
-    "attention", abstract_eval=_abstract_eval, multiple_results=True, factors=_factors,
-    batching_rule=lambda *a, **p: _folded_batching(attention_p)(*a, **p),
+    "attention", abstract_eval=_abstract_eval, batching_rule=_batching, multiple_results=True,
+    factors=_factors,
 )
 # attention_jvp_p(q, k, v, out, lse, dq, dk, dv) -> dout: the tangent of out.
 attention_jvp_p = _primitive.define(
-    "attention_jvp", abstract_eval=_jvp_abstract_eval, factors=_jvp_factors,
-    batching_rule=lambda *a, **p: _folded_batching(attention_jvp_p)(*a, **p),
+    "attention_jvp", abstract_eval=_jvp_abstract_eval, batching_rule=_jvp_batching,
+    factors=_jvp_factors,
 )
 # attention_backward_p(q, k, v, out, lse, dout) -> (dq, dk, dv): the transpose of the JVP.
 attention_backward_p = _primitive.define(
-    "attention_backward", abstract_eval=_backward_abstract_eval, multiple_results=True,
-    factors=_backward_factors,
-    batching_rule=lambda *a, **p: _folded_batching(attention_backward_p)(*a, **p),
+    "attention_backward", abstract_eval=_backward_abstract_eval,
+    batching_rule=_backward_batching, multiple_results=True, factors=_backward_factors,
 )
 
 _SECOND_ORDER = (
