@@ -63,7 +63,8 @@ def check(b, h, sq, skv, d, dtype, causal, scale=None):
 
 
 SHAPES = [(1, 1, 1, 1, 1), (1, 1, 1, 5, 8), (2, 3, 5, 7, 16), (1, 2, 7, 5, 3),
-          (1, 1, 17, 17, 1), (1, 2, 63, 65, 32), (2, 1, 64, 130, 64), (1, 1, 130, 127, 128)]
+          (1, 1, 17, 17, 1), (1, 2, 63, 65, 32), (2, 1, 64, 130, 64), (1, 1, 130, 127, 128),
+          (1, 2, 300, 20, 8)]  # causal: whole query blocks see no key
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

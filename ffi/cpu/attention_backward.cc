@@ -13,9 +13,9 @@
 //    (causal blocks above the diagonal are skipped). S^T and dP^T = V dO^T are
 //    vectorised over query lanes like the forward; dV and dK over the head dim
 //    (broadcast P^T[j][i], vector of dO[i][:]). Each group adds its dQ^T share into a
-//    partial accumulator of its own, in key order.
-// 3. per (batch*head, query block): dQ = scale * the sum of the groups' partials in
-//    group order, transposed back, rounded.
+//    partial accumulator of its own, in key order (its first key block writes it).
+// 3. per (batch*head, query block): dQ = scale * the sum of the partials of the groups
+//    that see the block, in group order, transposed back, rounded.
 // Deterministic: the groups depend on the shape alone (never on the thread count or on
 // which thread finishes first), so every sum runs in one fixed order and the gradients
 // are bit-identical run to run. Memory is O(S * D) per head, never Sq x Skv.
@@ -105,7 +105,7 @@ template <typename A> struct Prepared {
   std::unique_ptr<A[]> qt, dot;            // [bh][nqb][dim][Bq], qt scaled
   std::unique_ptr<A[]> qr, dor;            // [bh][nqb * Bq][dp]
   std::unique_ptr<A[]> lse, delta;         // [bh][nqb][Bq]; lse +inf where no key is seen
-  std::unique_ptr<A[]> dqt;                // [bh][groups][nqb][dim][Bq], zeroed by pass 1
+  std::unique_ptr<A[]> dqt;                // [bh][groups][nqb][dim][Bq]
   Prepared(int64_t bh, int64_t nqb_, int64_t dim_, int64_t nkb)
       : nqb(nqb_), dim(dim_),
         dp((dim_ + kLanes<A> - 1) / kLanes<A> * kLanes<A>),
@@ -116,6 +116,18 @@ template <typename A> struct Prepared {
         lse(new A[bh * nqb * kBq<A>]), delta(new A[bh * nqb * kBq<A>]),
         dqt(new A[bh * groups * nqb * dim * kBq<A>]) {}
   int64_t block(int64_t h, int64_t qb) const { return h * nqb + qb; }
+  // The first query block that key block kb's keys are visible to (causal: query i sees
+  // key j0 iff i >= j0 - (Skv - Sq)); the later ones all see them.
+  static int64_t first_query_block(const AttentionShape& shape, int64_t kb) {
+    const int64_t j0 = kb * kBk;
+    return (shape.causal ? std::max<int64_t>(0, j0 - (shape.seq_kv - shape.seq_q)) : 0) / kBq<A>;
+  }
+  // Groups [0, n) write a partial of query block qb: their first key block sees it.
+  int64_t groups_seeing(const AttentionShape& shape, int64_t qb) const {
+    int64_t n = 0;
+    while (n < groups && first_query_block(shape, n * group_blocks) <= qb) ++n;
+    return n;
+  }
   // Group g's dQ^T partial of query block qb of head h.
   A* partial(int64_t h, int64_t g, int64_t qb) const {
     return dqt.get() + ((h * groups + g) * nqb + qb) * dim * kBq<A>;
@@ -157,10 +169,6 @@ void prepare_block(const AttentionShape& shape, const T* q, const T* out, const 
     lanes_lse[i] = l == -std::numeric_limits<A>::infinity() ? std::numeric_limits<A>::infinity() : l;
     lanes_delta[i] = delta;
   }
-  for (int64_t g = 0; g < pre.groups; ++g) {
-    A* partial = pre.partial(h, g, qb);
-    std::fill(partial, partial + dim * ld, A(0));
-  }
 }
 
 // Per-task scratch.
@@ -172,10 +180,11 @@ template <typename A> struct Workspace {
 };
 
 // One (key block, query block) pair with IV vectors of query lanes: accumulates the key
-// block's dK, dV (ws.dk, ws.dv, unscaled dK) and adds its dQ^T share to dqt.
+// block's dK, dV (ws.dk, ws.dv, unscaled dK) and adds its dQ^T share to dqt (writes it
+// when `first`).
 template <typename A, int IV>
 void pair(const AttentionShape& shape, const A* kp, const A* vp, int64_t j0, int64_t nk,
-          int64_t h, int64_t qb, const Prepared<A>& pre, A* dqt, Workspace<A>& ws) {
+          int64_t h, int64_t qb, const Prepared<A>& pre, A* dqt, bool first, Workspace<A>& ws) {
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
   constexpr int64_t ld = kBq<A>;
@@ -212,7 +221,10 @@ void pair(const AttentionShape& shape, const A* kp, const A* vp, int64_t j0, int
   rows_accumulate_all<A>(st, ld, nk, rows, pre.dor.get() + blk * ld * dp, dp, ws.dv.p);
   rows_accumulate_all<A>(dpt, ld, nk, rows, pre.qr.get() + blk * ld * dp, dp, ws.dk.p);
 
-  lanes_accumulate_all<A, IV>(dpt, ld, nk, kp, dim, dim, dqt);  // dQ^T += K^T dS^T
+  if (first)  // dQ^T (+)= K^T dS^T
+    lanes_accumulate_all<A, IV, false>(dpt, ld, nk, kp, dim, dim, dqt);
+  else
+    lanes_accumulate_all<A, IV>(dpt, ld, nk, kp, dim, dim, dqt);
 }
 
 // One key block of head h: dK and dV of its keys; its dQ^T shares go to group g's partial.
@@ -229,12 +241,14 @@ void key_block(const AttentionShape& shape, const T* k, const T* v, T* dk, T* dv
   const A* vp = as_compute(v + ko, nk * dim, ws.vb.p);
   std::fill(ws.dk.p, ws.dk.p + nk * dp, A(0));
   std::fill(ws.dv.p, ws.dv.p + nk * dp, A(0));
-  // Causal: query i sees key j0 iff i >= j0 - (Skv - Sq); earlier query blocks are skipped.
-  const int64_t first_row = shape.causal ? std::max<int64_t>(0, j0 - (skv - shape.seq_q)) : 0;
-  for (int64_t qb = first_row / ld; qb < pre.nqb; ++qb) {
+  // Causal: query blocks before the first that sees these keys are skipped. The group's
+  // first key block sees every query block its later ones do, so it writes the partials.
+  const bool first = kb == g * pre.group_blocks;
+  for (int64_t qb = pre.first_query_block(shape, kb); qb < pre.nqb; ++qb) {
     const int64_t rows = std::min(ld, shape.seq_q - qb * ld);
     dispatch<kMaxIV>(int((rows + W - 1) / W), [&](auto c) {
-      pair<A, decltype(c)::value>(shape, kp, vp, j0, nk, h, qb, pre, pre.partial(h, g, qb), ws);
+      pair<A, decltype(c)::value>(shape, kp, vp, j0, nk, h, qb, pre, pre.partial(h, g, qb),
+                                  first, ws);
     });
   }
   const A scale = A(shape.scale);
@@ -288,10 +302,13 @@ void attention_backward(const Parallel& par, const AttentionShape& shape, const 
     AlignedBuffer<A> sum(dim * ld);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t h = t / nqb, qb = t % nqb, i0 = qb * ld, rows = std::min(ld, sq - i0);
-      std::copy_n(pre.partial(h, 0, qb), dim * ld, sum.p);
-      for (int64_t g = 1; g < groups; ++g) {
+      // Lanes past `rows` of a partial are never written: only real rows are summed.
+      const int64_t seen = pre.groups_seeing(shape, qb);
+      for (int64_t d = 0; d < dim; ++d) std::fill_n(sum.p + d * ld, rows, A(0));
+      for (int64_t g = 0; g < seen; ++g) {
         const A* partial = pre.partial(h, g, qb);
-        for (int64_t e = 0; e < dim * ld; ++e) sum.p[e] += partial[e];
+        for (int64_t d = 0; d < dim; ++d)
+          for (int64_t i = 0; i < rows; ++i) sum.p[d * ld + i] += partial[d * ld + i];
       }
       T* rowp = dq + (h * sq + i0) * dim;
       for (int64_t i = 0; i < rows; ++i)

@@ -237,15 +237,16 @@ void lanes_product_all(const A* rows, int64_t ldr, int64_t n, const A* bt, int64
     });
 }
 
-// outt[dt][:] += sum_j rows[j][dt] * st[j][:] for DT head-dim entries (as Ot += V^T P^T).
-template <typename A, int IV, int DT>
+// outt[dt][:] += sum_j rows[j][dt] * st[j][:] for DT head-dim entries (as Ot += V^T P^T);
+// without Add, outt[dt][:] = the same.
+template <typename A, int IV, int DT, bool Add = true>
 inline void lanes_accumulate(const A* __restrict st, int64_t ld, int64_t nk,
                              const A* __restrict rows, int64_t ldr, A* __restrict outt) {
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
   V acc[DT][IV];
   for (int dt = 0; dt < DT; ++dt)
-    for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vload<V>(outt + dt * ld + iv * W);
+    for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = Add ? vload<V>(outt + dt * ld + iv * W) : V{};
   for (int64_t j = 0; j < nk; ++j) {
     V s[IV];
     for (int iv = 0; iv < IV; ++iv) s[iv] = vload<V>(st + j * ld + iv * W);
@@ -259,15 +260,15 @@ inline void lanes_accumulate(const A* __restrict st, int64_t ld, int64_t nk,
 }
 
 // lanes_accumulate over all `dim` head-dim entries of nk rows (row stride ldr).
-template <typename A, int IV>
+template <typename A, int IV, bool Add = true>
 void lanes_accumulate_all(const A* st, int64_t ld, int64_t nk, const A* rows, int64_t ldr,
                           int64_t dim, A* outt) {
   int64_t d = 0;
   for (; d + kLaneRows <= dim; d += kLaneRows)
-    lanes_accumulate<A, IV, kLaneRows>(st, ld, nk, rows + d, ldr, outt + d * ld);
+    lanes_accumulate<A, IV, kLaneRows, Add>(st, ld, nk, rows + d, ldr, outt + d * ld);
   if (d < dim)
     dispatch<kLaneRows - 1>(int(dim - d), [&](auto c) {
-      lanes_accumulate<A, IV, decltype(c)::value>(st, ld, nk, rows + d, ldr, outt + d * ld);
+      lanes_accumulate<A, IV, decltype(c)::value, Add>(st, ld, nk, rows + d, ldr, outt + d * ld);
     });
 }
 
