@@ -1,9 +1,15 @@
-"""attention: softmax(scale * q k^T) v, fused with an online softmax, and its gradient
-(FlashAttention-2 backward from the saved log-sum-exp) through jax.custom_vjp."""
+"""attention: softmax(scale * q k^T) v, fused with an online softmax, and its derivatives.
+
+``attention_p`` returns the output and the rows' log-sum-exp (lse). Its JVP rule binds
+``attention_jvp_p``, a fused kernel linear in the tangents (dq, dk, dv), so forward mode
+(``jax.jvp``, ``jax.jacfwd``) keeps O(S) memory. Reverse mode is JAX's linearize and
+transpose: the transpose of ``attention_jvp_p`` is ``attention_backward_p``, the
+FlashAttention-2 backward from the saved lse, and vice versa. Second derivatives would
+need the derivatives of those two kernels in q, k, v and raise instead.
+"""
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -13,6 +19,7 @@ import jax.numpy as jnp
 from jax.interpreters import ad
 
 from oxijax import _checks, _dispatch, _primitive, _sharding
+from oxijax._autodiff import Zero, is_undefined, zero_cotangents, zero_tangent
 
 
 def _abstract_eval(q, k, v, *, scale, causal):
@@ -23,13 +30,29 @@ def _abstract_eval(q, k, v, *, scale, causal):
     )
 
 
-def _batching(args, dims, **params):
+def _folded(primitive, args, dims, **params):
+    """Batching of an attention primitive: vmap's axis joins the kernel's batch axis of
+    every operand and result, [V, B, ...] -> [V * B, ...]."""
     size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    # vmap's axis joins the kernel's batch axis: [V, B, ...] -> [V * B, ...].
-    q, k, v = (_primitive.move_batch_to_front(x, d, size) for x, d in zip(args, dims))
-    merged = [x.reshape(size * x.shape[1], *x.shape[2:]) for x in (q, k, v)]
-    out, lse = attention_p.bind(*merged, **params)
-    return (out.reshape(size, -1, *out.shape[1:]), lse.reshape(size, -1, *lse.shape[1:])), (0, 0)
+    moved = (_primitive.move_batch_to_front(x, d, size) for x, d in zip(args, dims))
+    results = primitive.bind(*(x.reshape(size * x.shape[1], *x.shape[2:]) for x in moved),
+                             **params)
+    unfold = lambda r: r.reshape(size, -1, *r.shape[1:])  # noqa: E731
+    if not primitive.multiple_results:
+        return unfold(results), 0
+    return tuple(map(unfold, results)), (0,) * len(results)
+
+
+def _batching(args, dims, **params):
+    return _folded(attention_p, args, dims, **params)
+
+
+def _jvp_batching(args, dims, **params):
+    return _folded(attention_jvp_p, args, dims, **params)
+
+
+def _backward_batching(args, dims, **params):
+    return _folded(attention_backward_p, args, dims, **params)
 
 
 def _factors(avals_in, avals_out, *, scale, causal):
@@ -41,22 +64,12 @@ def _factors(avals_in, avals_out, *, scale, causal):
                              (("b", "h", "q", "d"), ("b", "h", "q")), frozenset(replicated))
 
 
-attention_p = _primitive.define(
-    "attention", abstract_eval=_abstract_eval, batching_rule=_batching, multiple_results=True,
-    factors=_factors,
-)
-
-
-def _backward_abstract_eval(q, k, v, out, lse, dout, *, scale, causal):
-    return tuple(jax.core.ShapedArray(x.shape, x.dtype) for x in (q, k, v))
-
-
-def _backward_batching(args, dims, **params):
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    moved = (_primitive.move_batch_to_front(x, d, size) for x, d in zip(args, dims))
-    merged = [x.reshape(size * x.shape[1], *x.shape[2:]) for x in moved]
-    grads = attention_backward_p.bind(*merged, **params)
-    return tuple(g.reshape(size, -1, *g.shape[1:]) for g in grads), (0, 0, 0)
+def _jvp_factors(avals_in, avals_out, *, scale, causal):
+    """As the forward's: each query row's tangent needs only its own q, out, lse, dq."""
+    replicated = {"kv", "d"} | ({"q"} if causal else set())
+    q, kv = ("b", "h", "q", "d"), ("b", "h", "kv", "d")
+    return _sharding.Factors((q, kv, kv, q, ("b", "h", "q"), q, kv, kv), (q,),
+                             frozenset(replicated))
 
 
 def _backward_factors(avals_in, avals_out, *, scale, causal):
@@ -67,39 +80,79 @@ def _backward_factors(avals_in, avals_out, *, scale, causal):
                              frozenset({"q", "kv", "d"}))
 
 
+def _jvp_abstract_eval(q, k, v, out, lse, dq, dk, dv, *, scale, causal):
+    return jax.core.ShapedArray(q.shape, q.dtype)
+
+
+def _backward_abstract_eval(q, k, v, out, lse, dout, *, scale, causal):
+    return tuple(jax.core.ShapedArray(x.shape, x.dtype) for x in (q, k, v))
+
+
+attention_p = _primitive.define(
+    "attention", abstract_eval=_abstract_eval, batching_rule=_batching, multiple_results=True,
+    factors=_factors,
+)
+# attention_jvp_p(q, k, v, out, lse, dq, dk, dv) -> dout: the tangent of out.
+attention_jvp_p = _primitive.define(
+    "attention_jvp", abstract_eval=_jvp_abstract_eval, batching_rule=_jvp_batching,
+    factors=_jvp_factors,
+)
+# attention_backward_p(q, k, v, out, lse, dout) -> (dq, dk, dv): the transpose of the JVP.
 attention_backward_p = _primitive.define(
     "attention_backward", abstract_eval=_backward_abstract_eval,
     batching_rule=_backward_batching, multiple_results=True, factors=_backward_factors,
 )
 
-
-def _no_second_derivative(primals, tangents, **params):
-    raise NotImplementedError(
-        "oxijax.attention supports first derivatives only (jax.grad / jax.vjp); "
-        "differentiating its gradient again is not implemented")
-
-
-# Reached only by differentiating the custom_vjp's forward or backward pass again.
-ad.primitive_jvps[attention_p] = _no_second_derivative
-ad.primitive_jvps[attention_backward_p] = _no_second_derivative
+_SECOND_ORDER = (
+    "oxijax.attention supports first derivatives only (jax.grad, jax.vjp, jax.jvp, "
+    "jax.jacfwd, jax.jacrev); differentiating its derivative again (jax.hessian, "
+    "Hessian-vector products) is not implemented")
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _attention(q, k, v, scale, causal):
-    out, _ = attention_p.bind(q, k, v, scale=scale, causal=causal)
-    return out
-
-
-def _attention_fwd(q, k, v, scale, causal):
+def _jvp(primals, tangents, *, scale, causal):
+    q, k, v = primals
     out, lse = attention_p.bind(q, k, v, scale=scale, causal=causal)
-    return out, (q, k, v, out, lse)
+    # Zero tangents are instantiated: the kernel is one fused pass either way.
+    dq, dk, dv = map(ad.instantiate_zeros, tangents)
+    dout = attention_jvp_p.bind(q, k, v, out, lse, dq, dk, dv, scale=scale, causal=causal)
+    # lse is the kernels' residual, never returned by oxijax.attention: no tangent.
+    return (out, lse), (dout, zero_tangent(lse))
 
 
-def _attention_bwd(scale, causal, residuals, dout):
-    return attention_backward_p.bind(*residuals, dout, scale=scale, causal=causal)
+def _linear_jvp(primitive, nonlinear):
+    """JVP of a primitive linear in its operands after the first `nonlinear` ones (the
+    primal q, k, v, out, lse): itself applied to their tangents, where the others have none."""
+    def rule(primals, tangents, **params):
+        if any(type(t) is not Zero for t in tangents[:nonlinear]):
+            raise NotImplementedError(_SECOND_ORDER)
+        result = primitive.bind(*primals, **params)
+        linear = [ad.instantiate_zeros(t) for t in tangents[nonlinear:]]
+        return result, primitive.bind(*primals[:nonlinear], *linear, **params)
+    return rule
 
 
-_attention.defvjp(_attention_fwd, _attention_bwd)
+def _transpose_to(primitive, nonlinear):
+    """Transpose rule of a primitive linear in its operands after the first `nonlinear`,
+    whose transpose is `primitive` (attention_jvp_p <-> attention_backward_p)."""
+    def rule(ct, *args, **params):
+        fixed, linear = args[:nonlinear], args[nonlinear:]
+        if any(is_undefined(x) for x in fixed):
+            raise NotImplementedError(_SECOND_ORDER)
+        cts = ct if isinstance(ct, (list, tuple)) else [ct]
+        if all(type(c) is Zero for c in cts):
+            return [None] * nonlinear + zero_cotangents(None, *linear)
+        result = primitive.bind(*fixed, *map(ad.instantiate_zeros, cts), **params)
+        result = result if primitive.multiple_results else [result]
+        return [None] * nonlinear + [r if is_undefined(x) else None
+                                     for r, x in zip(result, linear)]
+    return rule
+
+
+ad.primitive_jvps[attention_p] = _jvp
+ad.primitive_jvps[attention_jvp_p] = _linear_jvp(attention_jvp_p, 5)
+ad.primitive_jvps[attention_backward_p] = _linear_jvp(attention_backward_p, 5)
+ad.primitive_transposes[attention_jvp_p] = _transpose_to(attention_backward_p, 5)
+ad.primitive_transposes[attention_backward_p] = _transpose_to(attention_jvp_p, 5)
 
 
 def attention(
@@ -114,8 +167,9 @@ def attention(
     q, k and v promote to one dtype as in jax.numpy.
 
     Differentiable in reverse mode (``jax.grad``, ``jax.vjp``) by a fused backward
-    kernel; a query that sees no key gets zero gradients. Forward mode (``jax.jvp``)
-    and second derivatives are not supported and raise.
+    kernel and in forward mode (``jax.jvp``, ``jax.jacfwd``) by a fused JVP kernel, both
+    with O(S) memory; a query that sees no key gets zero gradients and tangents. Second
+    derivatives are not supported and raise ``NotImplementedError``.
     """
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -147,5 +201,4 @@ def _attention_checked(q: Any, k: Any, v: Any, *, scale: float | None, causal: b
         scale = 1.0 / math.sqrt(d)
     if q.size == 0 or k.shape[2] == 0:
         return jnp.zeros(q.shape, q.dtype)
-    # The custom_vjp's arguments vary as its result does: their cotangents have their type.
-    return _attention(*_primitive.insert_pvary(q, k, v), scale, causal)
+    return attention_p.bind(q, k, v, scale=scale, causal=causal)[0]

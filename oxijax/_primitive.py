@@ -98,7 +98,7 @@ _vma_rule = _private("core", "standard_vma_rule")
 _apply_primitive = _private("dispatch", "apply_primitive")
 
 
-def insert_pvary(*args: Any) -> list[Any]:
+def _pvary_to_union(*args: Any) -> list[Any]:
     """args pvary'd to their union of varying manual axes, as lax's primitives pvary
     their operands (a no-op outside shard_map): the transpose psums a replicated
     operand's cotangent."""
@@ -106,10 +106,10 @@ def insert_pvary(*args: Any) -> list[Any]:
 
 
 class _Primitive(Primitive):
-    """A primitive whose bind applies insert_pvary to its operands."""
+    """A primitive whose bind applies _pvary_to_union to its operands."""
 
     def bind(self, *args, **params):
-        return super().bind(*insert_pvary(*args), **params)
+        return super().bind(*_pvary_to_union(*args), **params)
 
 
 def _typed(name: str, abstract_eval: Callable[..., Any], multiple_results: bool

@@ -12,7 +12,7 @@ import oxijax
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ["unary", "binary", "reduce", "gemm", "conv2d", "attention"]
-OPS += ["attention_backward"]
+OPS += ["attention_backward", "attention_jvp"]
 OPS += ["unary_grad", "binary_partial", "conv2d_backward_data", "conv2d_backward_filter"]  # autodiff
 
 

@@ -106,6 +106,7 @@ Q, KV, LSE = S(1, 2, 4, 8), S(1, 2, 6, 8), S(1, 2, 4)
 ATTN_OUT = (Q, LSE)
 ATTN_BWD_ARGS = (Q, KV, KV, Q, LSE, Q)
 ATTN_BWD_OUT = (Q, KV, KV)
+ATTN_JVP_ARGS = (Q, KV, KV, Q, LSE, Q, KV, KV)
 
 
 def with_(attrs, **changes):
@@ -228,6 +229,23 @@ RAW_CALLS = [
     ("oxijax_attention_backward", ATTN_BWD_OUT, ATTN_BWD_ARGS, with_(ATTN, scale=f64(-np.inf)), "scale must be positive"),
     ("oxijax_attention_backward", ATTN_BWD_OUT, ATTN_BWD_ARGS[:5], ATTN, "argument"),
     ("oxijax_attention_backward", ATTN_BWD_OUT[:2], ATTN_BWD_ARGS, ATTN, "result"),
+    # attention_jvp: q, k, v, out, lse, dq, dk, dv -> dout
+    *[("oxijax_attention_jvp", Q, replace(ATTN_JVP_ARGS, i, bad), ATTN, fragment)
+      for i, bad, fragment in [
+          (0, S(2, 2, 4, 8), "does not match q"),
+          (2, S(1, 2, 5, 8), "attention v has shape"),
+          (3, S(1, 2, 4, 4), "attention result has shape"),
+          (4, S(1, 2, 4, dtype=F64), "log-sum-exp must be"),
+          (5, KV, "tangent dq has shape"),
+          (6, Q, "tangent dk has shape"),
+          (7, S(1, 2, 6, 4), "tangent dv has shape"),
+          (7, S(1, 2, 6, 8, dtype=F16), "share one dtype"),
+      ]],
+    ("oxijax_attention_jvp", KV, ATTN_JVP_ARGS, ATTN, "result tangent has shape"),
+    ("oxijax_attention_jvp", S(1, 2, 4, 8, dtype=F64), ATTN_JVP_ARGS, ATTN, "share one dtype"),
+    ("oxijax_attention_jvp", Q, ATTN_JVP_ARGS, with_(ATTN, scale=f64(0)), "scale must be positive"),
+    ("oxijax_attention_jvp", Q, ATTN_JVP_ARGS[:7], ATTN, "argument"),
+    ("oxijax_attention_jvp", (Q, Q), ATTN_JVP_ARGS, ATTN, "result"),
     # unary_grad: x, t -> out
     ("oxijax_unary_grad", S(3), (S(3), S(4)), UNARY, "tangent has shape"),
     ("oxijax_unary_grad", S(4), (S(3), S(3)), UNARY, "unary_grad result has shape"),

@@ -270,6 +270,21 @@ ffi::Error check_attention_backward(const ffi::AnyBuffer& q, const ffi::AnyBuffe
   return expect_dims("attention dv", dv, k_dims);
 }
 
+ffi::Error check_attention_jvp(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
+                               const ffi::AnyBuffer& v, const ffi::AnyBuffer& out,
+                               const ffi::AnyBuffer& lse, const ffi::AnyBuffer& dq,
+                               const ffi::AnyBuffer& dk, const ffi::AnyBuffer& dv,
+                               const ffi::AnyBuffer& dout, double scale, bool causal,
+                               AttentionShape& s) {
+  if (auto err = check_attention(q, k, v, out, lse, scale, causal, s); err.failure()) return err;
+  if (auto err = check_buffers({&q, &dq, &dk, &dv, &dout}); err.failure()) return err;
+  const auto q_dims = dims_of(q), k_dims = dims_of(k);
+  if (auto err = expect_dims("attention tangent dq", dq, q_dims); err.failure()) return err;
+  if (auto err = expect_dims("attention tangent dk", dk, k_dims); err.failure()) return err;
+  if (auto err = expect_dims("attention tangent dv", dv, k_dims); err.failure()) return err;
+  return expect_dims("attention result tangent", dout, q_dims);
+}
+
 // ---------------------------------------------------------------- backward kernels
 
 ffi::Error check_unary_grad(const ffi::AnyBuffer& x, const ffi::AnyBuffer& t,

@@ -45,6 +45,14 @@ ffi::Error check_attention_backward(const ffi::AnyBuffer& q, const ffi::AnyBuffe
                                     const ffi::AnyBuffer& dq, const ffi::AnyBuffer& dk,
                                     const ffi::AnyBuffer& dv, double scale, bool causal,
                                     AttentionShape& s);
+// The forward's operands and results (as check_attention), the tangents dq, dk, dv and
+// the result's tangent dout.
+ffi::Error check_attention_jvp(const ffi::AnyBuffer& q, const ffi::AnyBuffer& k,
+                               const ffi::AnyBuffer& v, const ffi::AnyBuffer& out,
+                               const ffi::AnyBuffer& lse, const ffi::AnyBuffer& dq,
+                               const ffi::AnyBuffer& dk, const ffi::AnyBuffer& dv,
+                               const ffi::AnyBuffer& dout, double scale, bool causal,
+                               AttentionShape& s);
 // Backward kernels. unary_grad: x, t and out share one shape.
 ffi::Error check_unary_grad(const ffi::AnyBuffer& x, const ffi::AnyBuffer& t,
                             const ffi::AnyBuffer& out, UnaryOp op, int64_t& count);

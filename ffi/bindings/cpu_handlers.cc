@@ -117,6 +117,23 @@ ffi::Error AttentionBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::An
   });
 }
 
+ffi::Error AttentionJvpImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                            ffi::AnyBuffer v, ffi::AnyBuffer out, ffi::AnyBuffer lse,
+                            ffi::AnyBuffer dq, ffi::AnyBuffer dk, ffi::AnyBuffer dv,
+                            ffi::Result<ffi::AnyBuffer> dout, double scale, bool causal) {
+  AttentionShape shape;
+  if (auto err = check_attention_jvp(q, k, v, out, lse, dq, dk, dv, *dout, scale, causal, shape);
+      err.failure())
+    return err;
+  return dispatch_float(q.element_type(), [&](auto t) {
+    using T = decltype(t);
+    cpu::attention_jvp(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
+                       typed<T>(out), typed<Acc<T>>(lse), typed<T>(dq), typed<T>(dk),
+                       typed<T>(dv), typed<T>(dout));
+    return ffi::Error::Success();
+  });
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_unary, Handler<UnaryImpl>::Call,
@@ -187,6 +204,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention_backward, Handler<AttentionBackwardI
                                   .Ret<ffi::AnyBuffer>()  // dq
                                   .Ret<ffi::AnyBuffer>()  // dk
                                   .Ret<ffi::AnyBuffer>()  // dv
+                                  .Attr<double>("scale")
+                                  .Attr<bool>("causal"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention_jvp, Handler<AttentionJvpImpl>::Call,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()  // q
+                                  .Arg<ffi::AnyBuffer>()  // k
+                                  .Arg<ffi::AnyBuffer>()  // v
+                                  .Arg<ffi::AnyBuffer>()  // out
+                                  .Arg<ffi::AnyBuffer>()  // lse
+                                  .Arg<ffi::AnyBuffer>()  // dq
+                                  .Arg<ffi::AnyBuffer>()  // dk
+                                  .Arg<ffi::AnyBuffer>()  // dv
+                                  .Ret<ffi::AnyBuffer>()  // dout
                                   .Attr<double>("scale")
                                   .Attr<bool>("causal"));
 

@@ -144,6 +144,23 @@ ffi::Error AttentionBackwardImpl(cudaStream_t stream, ffi::ScratchAllocator scra
   });
 }
 
+ffi::Error AttentionJvpImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
+                            ffi::AnyBuffer v, ffi::AnyBuffer out, ffi::AnyBuffer lse,
+                            ffi::AnyBuffer dq, ffi::AnyBuffer dk, ffi::AnyBuffer dv,
+                            ffi::Result<ffi::AnyBuffer> dout, double scale, bool causal) {
+  AttentionShape shape;
+  if (auto err = check_attention_jvp(q, k, v, out, lse, dq, dk, dv, *dout, scale, causal, shape);
+      err.failure())
+    return err;
+  return dispatch_float(q.element_type(), [&](auto t) {
+    using T = decltype(t);
+    return launched(cuda::attention_jvp(stream, shape, typed<T>(q), typed<T>(k), typed<T>(v),
+                                        typed<T>(out), typed<Acc<T>>(lse), typed<T>(dq),
+                                        typed<T>(dk), typed<T>(dv), typed<T>(dout)),
+                    "attention jvp");
+  });
+}
+
 }  // namespace
 
 // Handlers that only launch kernels are command-buffer (CUDA graph) compatible; reduce
@@ -226,6 +243,22 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_backward, Handler<AttentionBackward
                                   .Ret<ffi::AnyBuffer>()  // dv
                                   .Attr<double>("scale")
                                   .Attr<bool>("causal"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_jvp, Handler<AttentionJvpImpl>::Call,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()  // q
+                                  .Arg<ffi::AnyBuffer>()  // k
+                                  .Arg<ffi::AnyBuffer>()  // v
+                                  .Arg<ffi::AnyBuffer>()  // out
+                                  .Arg<ffi::AnyBuffer>()  // lse
+                                  .Arg<ffi::AnyBuffer>()  // dq
+                                  .Arg<ffi::AnyBuffer>()  // dk
+                                  .Arg<ffi::AnyBuffer>()  // dv
+                                  .Ret<ffi::AnyBuffer>()  // dout
+                                  .Attr<double>("scale")
+                                  .Attr<bool>("causal"),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 // ---------------------------------------------------------------- backward passes
 

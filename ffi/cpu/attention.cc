@@ -107,7 +107,6 @@ void attend_block(const AttentionShape& shape, const T* q, const T* k, const T* 
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
   constexpr int64_t ld = int64_t(IV) * W;  // lanes in this block (>= rows)
-  constexpr bool kDirect = std::is_same_v<T, A>;
   const int64_t dim = shape.head_dim;
   const A scale = A(shape.scale);
 
@@ -134,19 +133,8 @@ void attend_block(const AttentionShape& shape, const T* q, const T* k, const T* 
   constexpr int DT = tile_rows(IV);
   for (int64_t j0 = 0; j0 < kv_end; j0 += kBk) {
     const int64_t nk = std::min(kBk, kv_end - j0);
-    const A* kp;
-    const A* vp;
-    if constexpr (kDirect) {
-      kp = k + j0 * dim;
-      vp = v + j0 * dim;
-    } else {
-      const T* ks = k + j0 * dim;
-      const T* vs = v + j0 * dim;
-      for (int64_t e = 0; e < nk * dim; ++e) ws.kb.p[e] = load(ks[e]);
-      for (int64_t e = 0; e < nk * dim; ++e) ws.vb.p[e] = load(vs[e]);
-      kp = ws.kb.p;
-      vp = ws.vb.p;
-    }
+    const A* kp = as_compute(k + j0 * dim, nk * dim, ws.kb.p);
+    const A* vp = as_compute(v + j0 * dim, nk * dim, ws.vb.p);
 
     // S^T = K_blk . Qt, and the block max per lane.
     const A ninf = -std::numeric_limits<A>::infinity();
@@ -215,27 +203,19 @@ void attention(const Parallel& par, const AttentionShape& shape, const T* q, con
                const T* v, T* out, Acc<T>* lse) {
   using A = Acc<T>;
   constexpr int W = kLanes<A>;
-  constexpr int64_t kBq = Workspace<A>::kBq;
   const int64_t bh = shape.batch * shape.heads;
   const int64_t sq = shape.seq_q, skv = shape.seq_kv, dim = shape.head_dim;
   if (bh <= 0 || sq <= 0) return;
-  const int64_t nqb = (sq + kBq - 1) / kBq;
-  par.for_range(bh * nqb, 1, [&](int64_t t0, int64_t t1) {
-    Workspace<A> ws(dim, !std::is_same_v<T, A>);
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t h = t / nqb, r = t % nqb;
-      // Interleave cheap and expensive (causal) query blocks so that any contiguous
-      // run of tasks carries a balanced amount of work.
-      const int64_t qb = (r % 2 == 0) ? r / 2 : nqb - 1 - r / 2;
-      const int64_t i0 = qb * kBq;
-      const int64_t rows = std::min(kBq, sq - i0);
-      const int64_t qo = h * sq * dim, ko = h * skv * dim;
-      dispatch<kMaxIV>(int((rows + W - 1) / W), [&](auto c) {
-        attend_block<T, decltype(c)::value>(shape, q + qo, k + ko, v + ko, out + qo,
-                                            lse + h * sq, i0, rows, ws);
+  for_query_blocks(
+      par, bh, sq, Workspace<A>::kBq,
+      [&] { return Workspace<A>(dim, !std::is_same_v<T, A>); },
+      [&](int64_t h, int64_t i0, int64_t rows, Workspace<A>& ws) {
+        const int64_t qo = h * sq * dim, ko = h * skv * dim;
+        dispatch<kMaxIV>(int((rows + W - 1) / W), [&](auto c) {
+          attend_block<T, decltype(c)::value>(shape, q + qo, k + ko, v + ko, out + qo,
+                                              lse + h * sq, i0, rows, ws);
+        });
       });
-    }
-  });
 }
 
 #define OXIJAX_INSTANTIATE_ATTENTION(T)                                                 \

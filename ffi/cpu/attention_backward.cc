@@ -8,20 +8,22 @@
 // 1. per (batch*head, query block): delta, and the query block laid out for pass 2 in
 //    the compute type: Q and dO transposed ([D][Bq], the forward's query-lane layout;
 //    Q pre-scaled) and as rows padded to whole vectors ([Bq][Dp]); lse per lane.
-// 2. per (batch*head, key block): the task owns its dK and dV rows and walks the query
-//    blocks that can see its keys (causal blocks above the diagonal are skipped).
-//    S^T and dP^T = V dO^T are vectorised over query lanes like the forward; dV and dK
-//    are vectorised over the head dim (broadcast P^T[j][i], vector of dO[i][:]). Each
-//    task's dQ^T contribution for a query block is added under that block's lock into
-//    a compute-type accumulator, so tasks never race.
-// 3. per (batch*head, query block): dQ = scale * accumulator, transposed back, rounded.
-// Memory is O(S * D) per head, never Sq x Skv.
+// 2. per (batch*head, group of consecutive key blocks): the task owns its keys' dK and
+//    dV rows and walks, key block by key block, the query blocks that can see them
+//    (causal blocks above the diagonal are skipped). S^T and dP^T = V dO^T are
+//    vectorised over query lanes like the forward; dV and dK over the head dim
+//    (broadcast P^T[j][i], vector of dO[i][:]). Each group adds its dQ^T share into a
+//    partial accumulator of its own, in key order (its first key block writes it).
+// 3. per (batch*head, query block): dQ = scale * the sum of the partials of the groups
+//    that see the block, in group order, transposed back, rounded.
+// Deterministic: the groups depend on the shape alone (never on the thread count or on
+// which thread finishes first), so every sum runs in one fixed order and the gradients
+// are bit-identical run to run. Memory is O(S * D) per head, never Sq x Skv.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <type_traits>
 
 #include "kernels.h"
@@ -33,46 +35,11 @@ namespace {
 using namespace simd;
 
 constexpr int kMaxIV = kRegs >= 32 ? 4 : 2;  // vectors of query lanes per query block
-constexpr int64_t kBk = 128;                 // keys per task
-constexpr int kLaneRows = kRegs >= 32 ? 6 : 4;  // register tile rows in lane-vector kernels
+constexpr int64_t kBk = 128;                 // keys per key block
 constexpr int kRowVecs = kRegs >= 32 ? 4 : 2;   // head-dim vectors per register tile
 constexpr int kRowRows = 6;                     // register tile rows in head-dim kernels
 
 template <typename A> constexpr int64_t kBq = int64_t(kMaxIV) * kLanes<A>;
-
-// All n rows of `rows` times bt, in register tiles of kLaneRows rows.
-template <typename A, int IV>
-void lanes_product_all(const A* rows, int64_t ldr, int64_t n, const A* bt, int64_t ld,
-                       int64_t dim, A* out) {
-  int64_t j = 0;
-  for (; j + kLaneRows <= n; j += kLaneRows)
-    lanes_product<A, IV, kLaneRows>(rows + j * ldr, ldr, bt, ld, dim, out + j * ld);
-  if (j < n)
-    dispatch<kLaneRows - 1>(int(n - j), [&](auto c) {
-      lanes_product<A, IV, decltype(c)::value>(rows + j * ldr, ldr, bt, ld, dim, out + j * ld);
-    });
-}
-
-// outt[dt][:] += sum_j rows[j][dt] * st[j][:] for DT head-dim entries (dQ^T += K^T dS^T).
-template <typename A, int IV, int DT>
-inline void lanes_accumulate(const A* __restrict st, int64_t ld, int64_t nk,
-                             const A* __restrict rows, int64_t ldr, A* __restrict outt) {
-  using V = Vec<A>;
-  constexpr int W = kLanes<A>;
-  V acc[DT][IV];
-  for (int dt = 0; dt < DT; ++dt)
-    for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vload<V>(outt + dt * ld + iv * W);
-  for (int64_t j = 0; j < nk; ++j) {
-    V s[IV];
-    for (int iv = 0; iv < IV; ++iv) s[iv] = vload<V>(st + j * ld + iv * W);
-    for (int dt = 0; dt < DT; ++dt) {
-      const V r = splat<V>(rows[j * ldr + dt]);
-      for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vfma(s[iv], r, acc[dt][iv]);
-    }
-  }
-  for (int dt = 0; dt < DT; ++dt)
-    for (int iv = 0; iv < IV; ++iv) vstore(outt + dt * ld + iv * W, acc[dt][iv]);
-}
 
 // c[jt][dv] += sum_{i < n} at[jt][i] * b[i][dv] for JT rows and DV head-dim vectors
 // (dV += P^T dO, dK += dS^T Q): broadcast at's lane values, vectors along the head dim.
@@ -117,23 +84,54 @@ void rows_accumulate_all(const A* at, int64_t ld, int64_t nk, int64_t n, const A
   }
 }
 
+// Pass 2's tasks: about kTasks (batch*head, key group) pairs, whatever the thread count.
+// Each group has a dQ partial of Sq x D; the groups shrink in number (to no fewer than
+// 4) so that the partials stay within kPartials elements or 4x the gradient dQ.
+constexpr int64_t kTasks = 64;
+constexpr int64_t kPartials = int64_t(1) << 24;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline int64_t key_groups(int64_t bh, int64_t nkb, int64_t dq_elements) {
+  const int64_t by_memory = std::max<int64_t>(4, kPartials / std::max<int64_t>(dq_elements, 1));
+  return std::max<int64_t>(1, std::min({nkb, ceil_div(kTasks, bh), by_memory}));
+}
+
 // Pass 1's per-query-block layout, shared read-only by the tasks of pass 2, and the dQ
-// accumulators they add into.
+// partials of the key groups, each written by one task only.
 template <typename A> struct Prepared {
   int64_t nqb, dim, dp;                    // query blocks, head dim, padded head dim
+  int64_t group_blocks, groups;            // key blocks per group, key groups
   std::unique_ptr<A[]> qt, dot;            // [bh][nqb][dim][Bq], qt scaled
   std::unique_ptr<A[]> qr, dor;            // [bh][nqb * Bq][dp]
   std::unique_ptr<A[]> lse, delta;         // [bh][nqb][Bq]; lse +inf where no key is seen
-  std::unique_ptr<A[]> dqt;                // [bh][nqb][dim][Bq]
-  std::unique_ptr<std::mutex[]> locks;     // [bh][nqb], guard dqt
-  Prepared(int64_t bh, int64_t nqb_, int64_t dim_)
+  std::unique_ptr<A[]> dqt;                // [bh][groups][nqb][dim][Bq]
+  Prepared(int64_t bh, int64_t nqb_, int64_t dim_, int64_t nkb)
       : nqb(nqb_), dim(dim_),
         dp((dim_ + kLanes<A> - 1) / kLanes<A> * kLanes<A>),
+        group_blocks(ceil_div(nkb, key_groups(bh, nkb, bh * nqb_ * kBq<A> * dim_))),
+        groups(ceil_div(nkb, group_blocks)),  // none left empty
         qt(new A[bh * nqb * dim * kBq<A>]), dot(new A[bh * nqb * dim * kBq<A>]),
         qr(new A[bh * nqb * kBq<A> * dp]), dor(new A[bh * nqb * kBq<A> * dp]),
         lse(new A[bh * nqb * kBq<A>]), delta(new A[bh * nqb * kBq<A>]),
-        dqt(new A[bh * nqb * dim * kBq<A>]()), locks(new std::mutex[bh * nqb]) {}
+        dqt(new A[bh * groups * nqb * dim * kBq<A>]) {}
   int64_t block(int64_t h, int64_t qb) const { return h * nqb + qb; }
+  // The first query block that key block kb's keys are visible to (causal: query i sees
+  // key j0 iff i >= j0 - (Skv - Sq)); the later ones all see them.
+  static int64_t first_query_block(const AttentionShape& shape, int64_t kb) {
+    const int64_t j0 = kb * kBk;
+    return (shape.causal ? std::max<int64_t>(0, j0 - (shape.seq_kv - shape.seq_q)) : 0) / kBq<A>;
+  }
+  // Groups [0, n) write a partial of query block qb: their first key block sees it.
+  int64_t groups_seeing(const AttentionShape& shape, int64_t qb) const {
+    int64_t n = 0;
+    while (n < groups && first_query_block(shape, n * group_blocks) <= qb) ++n;
+    return n;
+  }
+  // Group g's dQ^T partial of query block qb of head h.
+  A* partial(int64_t h, int64_t g, int64_t qb) const {
+    return dqt.get() + ((h * groups + g) * nqb + qb) * dim * kBq<A>;
+  }
 };
 
 template <typename T>
@@ -175,17 +173,18 @@ void prepare_block(const AttentionShape& shape, const T* q, const T* out, const 
 
 // Per-task scratch.
 template <typename A> struct Workspace {
-  AlignedBuffer<A> st, dpt, dqt, dk, dv, kb, vb;
+  AlignedBuffer<A> st, dpt, dk, dv, kb, vb;
   Workspace(int64_t dim, int64_t dp, bool convert)
-      : st(kBk * kBq<A>), dpt(kBk * kBq<A>), dqt(dim * kBq<A>), dk(kBk * dp), dv(kBk * dp),
+      : st(kBk * kBq<A>), dpt(kBk * kBq<A>), dk(kBk * dp), dv(kBk * dp),
         kb(convert ? kBk * dim : 0), vb(convert ? kBk * dim : 0) {}
 };
 
 // One (key block, query block) pair with IV vectors of query lanes: accumulates the key
-// block's dK, dV (ws.dk, ws.dv, unscaled dK) and adds its dQ^T share under the lock.
+// block's dK, dV (ws.dk, ws.dv, unscaled dK) and adds its dQ^T share to dqt (writes it
+// when `first`).
 template <typename A, int IV>
 void pair(const AttentionShape& shape, const A* kp, const A* vp, int64_t j0, int64_t nk,
-          int64_t h, int64_t qb, Prepared<A>& pre, Workspace<A>& ws) {
+          int64_t h, int64_t qb, const Prepared<A>& pre, A* dqt, bool first, Workspace<A>& ws) {
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
   constexpr int64_t ld = kBq<A>;
@@ -222,53 +221,34 @@ void pair(const AttentionShape& shape, const A* kp, const A* vp, int64_t j0, int
   rows_accumulate_all<A>(st, ld, nk, rows, pre.dor.get() + blk * ld * dp, dp, ws.dv.p);
   rows_accumulate_all<A>(dpt, ld, nk, rows, pre.qr.get() + blk * ld * dp, dp, ws.dk.p);
 
-  // dQ^T share = K^T dS^T, then added to the block's accumulator.
-  A* dqt = ws.dqt.p;
-  std::fill(dqt, dqt + dim * ld, A(0));
-  constexpr int DT = kLaneRows;
-  int64_t d = 0;
-  for (; d + DT <= dim; d += DT) lanes_accumulate<A, IV, DT>(dpt, ld, nk, kp + d, dim, dqt + d * ld);
-  if (d < dim)
-    dispatch<DT - 1>(int(dim - d), [&](auto c) {
-      lanes_accumulate<A, IV, decltype(c)::value>(dpt, ld, nk, kp + d, dim, dqt + d * ld);
-    });
-  A* acc = pre.dqt.get() + blk * dim * ld;
-  std::lock_guard<std::mutex> guard(pre.locks[blk]);
-  for (int64_t dd = 0; dd < dim; ++dd)
-    for (int iv = 0; iv < IV; ++iv)
-      vstore(acc + dd * ld + iv * W,
-             vload<V>(acc + dd * ld + iv * W) + vload<V>(dqt + dd * ld + iv * W));
+  if (first)  // dQ^T (+)= K^T dS^T
+    lanes_accumulate_all<A, IV, false>(dpt, ld, nk, kp, dim, dim, dqt);
+  else
+    lanes_accumulate_all<A, IV>(dpt, ld, nk, kp, dim, dim, dqt);
 }
 
-// One (batch*head, key block) task: dK and dV of its keys.
+// One key block of head h: dK and dV of its keys; its dQ^T shares go to group g's partial.
 template <typename T>
 void key_block(const AttentionShape& shape, const T* k, const T* v, T* dk, T* dv, int64_t h,
-               int64_t kb, Prepared<Acc<T>>& pre, Workspace<Acc<T>>& ws) {
+               int64_t g, int64_t kb, const Prepared<Acc<T>>& pre, Workspace<Acc<T>>& ws) {
   using A = Acc<T>;
   constexpr int W = kLanes<A>;
   constexpr int64_t ld = kBq<A>;
   const int64_t dim = shape.head_dim, dp = pre.dp, skv = shape.seq_kv;
   const int64_t j0 = kb * kBk, nk = std::min(kBk, skv - j0);
   const int64_t ko = (h * skv + j0) * dim;
-  const A* kp;
-  const A* vp;
-  if constexpr (std::is_same_v<T, A>) {
-    kp = k + ko;
-    vp = v + ko;
-  } else {
-    for (int64_t e = 0; e < nk * dim; ++e) ws.kb.p[e] = load(k[ko + e]);
-    for (int64_t e = 0; e < nk * dim; ++e) ws.vb.p[e] = load(v[ko + e]);
-    kp = ws.kb.p;
-    vp = ws.vb.p;
-  }
+  const A* kp = as_compute(k + ko, nk * dim, ws.kb.p);
+  const A* vp = as_compute(v + ko, nk * dim, ws.vb.p);
   std::fill(ws.dk.p, ws.dk.p + nk * dp, A(0));
   std::fill(ws.dv.p, ws.dv.p + nk * dp, A(0));
-  // Causal: query i sees key j0 iff i >= j0 - (Skv - Sq); earlier query blocks are skipped.
-  const int64_t first_row = shape.causal ? std::max<int64_t>(0, j0 - (skv - shape.seq_q)) : 0;
-  for (int64_t qb = first_row / ld; qb < pre.nqb; ++qb) {
+  // Causal: query blocks before the first that sees these keys are skipped. The group's
+  // first key block sees every query block its later ones do, so it writes the partials.
+  const bool first = kb == g * pre.group_blocks;
+  for (int64_t qb = pre.first_query_block(shape, kb); qb < pre.nqb; ++qb) {
     const int64_t rows = std::min(ld, shape.seq_q - qb * ld);
     dispatch<kMaxIV>(int((rows + W - 1) / W), [&](auto c) {
-      pair<A, decltype(c)::value>(shape, kp, vp, j0, nk, h, qb, pre, ws);
+      pair<A, decltype(c)::value>(shape, kp, vp, j0, nk, h, qb, pre, pre.partial(h, g, qb),
+                                  first, ws);
     });
   }
   const A scale = A(shape.scale);
@@ -296,32 +276,43 @@ void attention_backward(const Parallel& par, const AttentionShape& shape, const 
     return;
   }
   const int64_t nqb = (sq + ld - 1) / ld, nkb = (skv + kBk - 1) / kBk;
-  Prepared<A> pre(bh, nqb, dim);
+  Prepared<A> pre(bh, nqb, dim, nkb);
 
   par.for_range(bh * nqb, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
       prepare_block(shape, q, out, lse, dout, t / nqb, t % nqb, pre);
   });
 
-  par.for_range(bh * nkb, 1, [&](int64_t t0, int64_t t1) {
+  const int64_t groups = pre.groups;
+  par.for_range(bh * groups, 1, [&](int64_t t0, int64_t t1) {
     Workspace<A> ws(dim, pre.dp, !std::is_same_v<T, A>);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t h = t / nkb, r = t % nkb;
-      // Causal key blocks have uneven work (late keys are seen by few queries):
+      const int64_t h = t / groups, r = t % groups;
+      // Causal key groups have uneven work (late keys are seen by few queries):
       // interleave cheap and expensive ones as the forward does.
-      const int64_t kb = (r % 2 == 0) ? r / 2 : nkb - 1 - r / 2;
-      key_block(shape, k, v, dk, dv, h, kb, pre, ws);
+      const int64_t g = (r % 2 == 0) ? r / 2 : groups - 1 - r / 2;
+      const int64_t kb_end = std::min(nkb, (g + 1) * pre.group_blocks);
+      for (int64_t kb = g * pre.group_blocks; kb < kb_end; ++kb)
+        key_block(shape, k, v, dk, dv, h, g, kb, pre, ws);
     }
   });
 
   const A scale = A(shape.scale);
   par.for_range(bh * nqb, 1, [&](int64_t t0, int64_t t1) {
+    AlignedBuffer<A> sum(dim * ld);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t h = t / nqb, qb = t % nqb, i0 = qb * ld, rows = std::min(ld, sq - i0);
-      const A* acc = pre.dqt.get() + pre.block(h, qb) * dim * ld;
+      // Lanes past `rows` of a partial are never written: only real rows are summed.
+      const int64_t seen = pre.groups_seeing(shape, qb);
+      for (int64_t d = 0; d < dim; ++d) std::fill_n(sum.p + d * ld, rows, A(0));
+      for (int64_t g = 0; g < seen; ++g) {
+        const A* partial = pre.partial(h, g, qb);
+        for (int64_t d = 0; d < dim; ++d)
+          for (int64_t i = 0; i < rows; ++i) sum.p[d * ld + i] += partial[d * ld + i];
+      }
       T* rowp = dq + (h * sq + i0) * dim;
       for (int64_t i = 0; i < rows; ++i)
-        for (int64_t d = 0; d < dim; ++d) rowp[i * dim + d] = store<T>(scale * acc[d * ld + i]);
+        for (int64_t d = 0; d < dim; ++d) rowp[i * dim + d] = store<T>(scale * sum.p[d * ld + i]);
     }
   });
 }

@@ -51,6 +51,14 @@ template <typename T>
 void attention_backward(const Parallel& par, const AttentionShape& shape, const T* q,
                         const T* k, const T* v, const T* out, const Acc<T>* lse,
                         const T* dout, T* dq, T* dk, T* dv);
+// Forward-mode derivative of attention: dout, like q, is the tangent of the result for
+// tangents dq (like q), dk and dv (like k), from the forward's out and lse (linear in
+// the tangents; a fused pass with O(block) scratch).
+template <typename T>
+void attention_jvp(const Parallel& par, const AttentionShape& shape, const T* q, const T* k,
+                   const T* v, const T* out, const Acc<T>* lse, const T* dq, const T* dk,
+                   const T* dv, T* dout);
+
 // Backward of conv2d (shape describes the forward problem): dx from dy [G, N, K, P, Q]
 // and w, and dw from x and dy. Input pixels no output window reads get a zero gradient.
 template <typename T>

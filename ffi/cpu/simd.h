@@ -1,6 +1,7 @@
-// The CPU attention kernels' SIMD layer (forward and backward): GCC/Clang vector
+// The CPU attention kernels' SIMD layer (forward, JVP and backward): GCC/Clang vector
 // extensions sized to the target (explicit FMA and a vectorised exp on x86), compile-time
-// dispatch on small tile sizes, and 64-byte aligned scratch buffers.
+// dispatch on small tile sizes, the query-lane products they share, 64-byte aligned
+// scratch buffers and the query-block task loop.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +10,9 @@
 #include <cstring>
 #include <new>
 #include <type_traits>
+
+#include "oxijax/numeric.h"
+#include "parallel.h"
 
 #if defined(__AVX512F__) || defined(__AVX__) || defined(__FMA__)
 #include <immintrin.h>
@@ -195,15 +199,16 @@ template <int N, typename F> inline void dispatch(int n, F&& f) {
   }
 }
 
-// out[jt][:] = sum_d rows[jt][d] * bt[d][:] for JT rows (row stride ldr, lanes ld).
-template <typename A, int IV, int JT>
+// out[jt][:] = sum_d rows[jt][d] * bt[d][:] for JT rows (row stride ldr, lanes ld);
+// with Add, out[jt][:] += the same.
+template <typename A, int IV, int JT, bool Add = false>
 inline void lanes_product(const A* __restrict rows, int64_t ldr, const A* __restrict bt,
                           int64_t ld, int64_t dim, A* __restrict out) {
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
   V acc[JT][IV];
   for (int jt = 0; jt < JT; ++jt)
-    for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = V{};
+    for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = Add ? vload<V>(out + jt * ld + iv * W) : V{};
   for (int64_t d = 0; d < dim; ++d) {
     V b[IV];
     for (int iv = 0; iv < IV; ++iv) b[iv] = vload<V>(bt + d * ld + iv * W);
@@ -216,6 +221,68 @@ inline void lanes_product(const A* __restrict rows, int64_t ldr, const A* __rest
     for (int iv = 0; iv < IV; ++iv) vstore(out + jt * ld + iv * W, acc[jt][iv]);
 }
 
+constexpr int kLaneRows = kRegs >= 32 ? 6 : 4;  // register tile rows of the lanes_* loops
+
+// lanes_product over all n rows, in register tiles of kLaneRows rows.
+template <typename A, int IV, bool Add = false>
+void lanes_product_all(const A* rows, int64_t ldr, int64_t n, const A* bt, int64_t ld,
+                       int64_t dim, A* out) {
+  int64_t j = 0;
+  for (; j + kLaneRows <= n; j += kLaneRows)
+    lanes_product<A, IV, kLaneRows, Add>(rows + j * ldr, ldr, bt, ld, dim, out + j * ld);
+  if (j < n)
+    dispatch<kLaneRows - 1>(int(n - j), [&](auto c) {
+      lanes_product<A, IV, decltype(c)::value, Add>(rows + j * ldr, ldr, bt, ld, dim,
+                                                    out + j * ld);
+    });
+}
+
+// outt[dt][:] += sum_j rows[j][dt] * st[j][:] for DT head-dim entries (as Ot += V^T P^T);
+// without Add, outt[dt][:] = the same.
+template <typename A, int IV, int DT, bool Add = true>
+inline void lanes_accumulate(const A* __restrict st, int64_t ld, int64_t nk,
+                             const A* __restrict rows, int64_t ldr, A* __restrict outt) {
+  using V = Vec<A>;
+  constexpr int W = kLanes<A>;
+  V acc[DT][IV];
+  for (int dt = 0; dt < DT; ++dt)
+    for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = Add ? vload<V>(outt + dt * ld + iv * W) : V{};
+  for (int64_t j = 0; j < nk; ++j) {
+    V s[IV];
+    for (int iv = 0; iv < IV; ++iv) s[iv] = vload<V>(st + j * ld + iv * W);
+    for (int dt = 0; dt < DT; ++dt) {
+      const V r = splat<V>(rows[j * ldr + dt]);
+      for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vfma(s[iv], r, acc[dt][iv]);
+    }
+  }
+  for (int dt = 0; dt < DT; ++dt)
+    for (int iv = 0; iv < IV; ++iv) vstore(outt + dt * ld + iv * W, acc[dt][iv]);
+}
+
+// lanes_accumulate over all `dim` head-dim entries of nk rows (row stride ldr).
+template <typename A, int IV, bool Add = true>
+void lanes_accumulate_all(const A* st, int64_t ld, int64_t nk, const A* rows, int64_t ldr,
+                          int64_t dim, A* outt) {
+  int64_t d = 0;
+  for (; d + kLaneRows <= dim; d += kLaneRows)
+    lanes_accumulate<A, IV, kLaneRows, Add>(st, ld, nk, rows + d, ldr, outt + d * ld);
+  if (d < dim)
+    dispatch<kLaneRows - 1>(int(dim - d), [&](auto c) {
+      lanes_accumulate<A, IV, decltype(c)::value, Add>(st, ld, nk, rows + d, ldr, outt + d * ld);
+    });
+}
+
+// n values of src in the compute type A: src itself when T is A, else converted into buf.
+template <typename A, typename T>
+inline const A* as_compute(const T* src, int64_t n, A* buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    return src;
+  } else {
+    for (int64_t e = 0; e < n; ++e) buf[e] = load(src[e]);
+    return buf;
+  }
+}
+
 template <typename A> struct AlignedBuffer {
   A* p = nullptr;
   explicit AlignedBuffer(int64_t n)
@@ -225,5 +292,23 @@ template <typename A> struct AlignedBuffer {
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 };
+
+// Calls block(h, i0, rows, ws) for every (batch*head h, block of up to bq query rows
+// from i0) on par, with one scratch ws = make_ws() per chunk of tasks. Cheap and
+// expensive (causal) query blocks are interleaved so that any contiguous run of tasks
+// carries a balanced amount of work.
+template <typename MakeWorkspace, typename Block>
+void for_query_blocks(const Parallel& par, int64_t bh, int64_t sq, int64_t bq,
+                      MakeWorkspace make_ws, Block block) {
+  const int64_t nqb = (sq + bq - 1) / bq;
+  par.for_range(bh * nqb, 1, [&](int64_t t0, int64_t t1) {
+    auto ws = make_ws();
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t h = t / nqb, r = t % nqb;
+      const int64_t i0 = ((r % 2 == 0) ? r / 2 : nqb - 1 - r / 2) * bq;
+      block(h, i0, std::min(bq, sq - i0), ws);
+    }
+  });
+}
 
 }  // namespace oxijax::cpu::simd

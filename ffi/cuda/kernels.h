@@ -53,6 +53,12 @@ template <typename T>
 cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape, const T* q,
                                const T* k, const T* v, const T* out, const Acc<T>* lse,
                                const T* dout, T* dq, T* dk, T* dv, void* workspace);
+// Forward-mode derivative of attention: dout (like q) from the tangents dq, dk, dv and
+// the forward's out and lse; no workspace.
+template <typename T>
+cudaError_t attention_jvp(cudaStream_t stream, const AttentionShape& shape, const T* q,
+                          const T* k, const T* v, const T* out, const Acc<T>* lse, const T* dq,
+                          const T* dk, const T* dv, T* dout);
 // ---------------------------------------------------------------- backward passes
 
 // out = t * f'(x) over n elements.
