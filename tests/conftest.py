@@ -16,6 +16,8 @@ from hypothesis import settings  # noqa: E402
 
 settings.register_profile("default", max_examples=25, deadline=None)
 settings.register_profile("slow", max_examples=1000, deadline=None)
+# CI's share of the slow profile: what fits its 20-minute budget on two cores.
+settings.register_profile("ci", max_examples=400, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64]
