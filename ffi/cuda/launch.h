@@ -1,11 +1,51 @@
-// Launch geometry shared by the CUDA kernels: grid sizes follow the GPU actually in use.
+// What the CUDA kernels' launchers share with the CUDA interpreter (ffi/interp): the one
+// way to launch a kernel, the declarations of shared memory, and the launch geometry
+// (grid sizes follow the GPU actually in use). Under OXIJAX_CUDA_INTERPRET (the .cu
+// files compiled by the host compiler) launches and shared memory are the interpreter's.
 #pragma once
 
+#ifdef OXIJAX_CUDA_INTERPRET
+#include "oxijax_interp.h"
+#else
 #include <cuda_runtime.h>
+#endif
 
 #include <atomic>
+#include <cstddef>
+#include <utility>
+
+// Static shared memory: OXIJAX_SHARED(float, tile, [32][33], 16) declares
+// `__shared__ __align__(16) float tile[32][33]` (dims may be empty for a scalar or struct).
+// Dynamic shared memory: OXIJAX_DYNAMIC_SHARED(smem, 16) declares the block's dynamic
+// shared memory (the launch's shared_bytes) as `unsigned char smem[]`, 16-byte aligned.
+#ifdef OXIJAX_CUDA_INTERPRET
+#define OXIJAX_SHARED(type, name, dims, align)                     \
+  static char oxijax_shared_site_##name;                          \
+  type(&name) dims = ::oxijax::interp::shared_variable<type dims, align>( \
+      &oxijax_shared_site_##name, #name)
+#define OXIJAX_DYNAMIC_SHARED(name, align) \
+  unsigned char* const name = ::oxijax::interp::dynamic_shared(align)
+#else
+#define OXIJAX_SHARED(type, name, dims, align) __shared__ __align__(align) type name dims
+#define OXIJAX_DYNAMIC_SHARED(name, align) extern __shared__ __align__(align) unsigned char name[]
+#endif
 
 namespace oxijax::cuda {
+
+// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...) and returns the launch
+// status (cudaGetLastError: an invalid configuration, a missing attribute for more than
+// 48 KiB of dynamic shared memory, ...). Every launcher launches through here, so that
+// the interpreter runs the same launchers.
+template <typename... Params, typename... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Args&&... args) {
+#ifdef OXIJAX_CUDA_INTERPRET
+  return interp::launch(kernel, grid, block, shared_bytes, stream, std::forward<Args>(args)...);
+#else
+  kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
+  return cudaGetLastError();
+#endif
+}
 
 // Streaming multiprocessors of the current device, asked once per device (a fallback
 // of 132, an H100/H200, if the runtime cannot say).
