@@ -10,6 +10,16 @@
 namespace oxijax::backend {
 namespace {
 
+#ifdef OXIJAX_CUDA_INTERPRET
+// The interpreted device's driver (ffi/interp/driver.cc), linked into the module.
+CudaDriver load_driver() {
+  return CudaDriver{&cuInit, &cuDeviceGetCount, &cuDeviceGet, &cuDevicePrimaryCtxRetain,
+                    &cuDevicePrimaryCtxRelease, &cuCtxPushCurrent, &cuCtxPopCurrent,
+                    &cuMemAlloc, &cuMemFree, &cuMemGetInfo, &cuMemcpyHtoDAsync,
+                    &cuMemcpyDtoHAsync, &cuStreamCreate, &cuStreamDestroy,
+                    &cuStreamSynchronize, &cuGetErrorName, &cuGetErrorString};
+}
+#else
 template <typename Fn>
 void load(void* lib, Fn& fn, const char* symbol) {
   fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
@@ -47,6 +57,7 @@ CudaDriver load_driver() {
   load(lib, d.get_error_string, "cuGetErrorString");
   return d;
 }
+#endif
 
 }  // namespace
 

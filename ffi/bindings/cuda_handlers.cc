@@ -2,6 +2,8 @@
 // dtype, enqueue the kernels of ffi/cuda on XLA's stream. They never synchronise and
 // never allocate device memory themselves (reduce's workspace comes from XLA's scratch
 // allocator); a failed launch becomes an ffi::Error that JAX raises in Python.
+// The CUDA interpreter's module compiles this file too (OXIJAX_CUDA_INTERPRET), with its
+// own stream, scratch memory and buffer registration (ffi/interp/ffi_context.h).
 #include <cuda_runtime_api.h>
 
 #include <optional>
@@ -11,11 +13,24 @@
 #include "common.h"
 #include "handlers.h"
 #include "cuda/kernels.h"
+#ifdef OXIJAX_CUDA_INTERPRET
+#include "interp/ffi_context.h"
+#endif
 
 namespace oxijax::bindings {
 namespace {
 
+#ifdef OXIJAX_CUDA_INTERPRET
+using Stream = interp::FfiStream;
+using Scratch = interp::FfiScratch;
+template <auto Impl>
+using CudaHandler = interp::FfiHandler<Impl>;
+#else
 using Stream = ffi::PlatformStream<cudaStream_t>;
+using Scratch = ffi::ScratchAllocator;
+template <auto Impl>
+using CudaHandler = Handler<Impl>;
+#endif
 
 ffi::Error launched(cudaError_t status, const char* op) {
   if (status == cudaSuccess) return ffi::Error::Success();
@@ -25,7 +40,7 @@ ffi::Error launched(cudaError_t status, const char* op) {
 
 // `bytes` (256-byte aligned) of XLA's scratch memory for a kernel's workspace, or
 // nullptr when it needs none. Never cudaMalloc: XLA owns and reuses this memory.
-ffi::Error scratch_workspace(ffi::ScratchAllocator& scratch, size_t bytes, const char* what,
+ffi::Error scratch_workspace(Scratch& scratch, size_t bytes, const char* what,
                              void*& workspace) {
   workspace = nullptr;
   if (bytes == 0) return ffi::Error::Success();
@@ -58,7 +73,7 @@ ffi::Error BinaryImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
   });
 }
 
-ffi::Error ReduceImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
+ffi::Error ReduceImpl(cudaStream_t stream, Scratch scratch, ffi::AnyBuffer x,
                       ffi::Result<ffi::AnyBuffer> out, ReduceOp op, int64_t axis) {
   ReduceShape shape;
   if (auto err = check_reduce(x, *out, op, axis, shape); err.failure()) return err;
@@ -118,7 +133,7 @@ ffi::Error AttentionImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k
   });
 }
 
-ffi::Error AttentionBackwardImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+ffi::Error AttentionBackwardImpl(cudaStream_t stream, Scratch scratch,
                                  ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                                  ffi::AnyBuffer out, ffi::AnyBuffer lse, ffi::AnyBuffer dout,
                                  ffi::Result<ffi::AnyBuffer> dq, ffi::Result<ffi::AnyBuffer> dk,
@@ -165,7 +180,7 @@ ffi::Error AttentionJvpImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffe
 
 // Handlers that only launch kernels are command-buffer (CUDA graph) compatible; reduce
 // is not, as it may take scratch memory.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary, Handler<UnaryImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary, CudaHandler<UnaryImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -173,7 +188,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary, Handler<UnaryImpl>::Call,
                                   .Attr<UnaryOp>("op"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary, Handler<BinaryImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary, CudaHandler<BinaryImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -182,16 +197,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary, Handler<BinaryImpl>::Call,
                                   .Attr<BinaryOp>("op"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_reduce, Handler<ReduceImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_reduce, CudaHandler<ReduceImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
-                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Ctx<Scratch>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<ReduceOp>("op")
                                   .Attr<int64_t>("axis"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_gemm, Handler<GemmImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_gemm, CudaHandler<GemmImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .RemainingArgs()
@@ -203,7 +218,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_gemm, Handler<GemmImpl>::Call,
                                   .Attr<bool>("allow_tf32"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d, Handler<Conv2dImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d, CudaHandler<Conv2dImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -215,7 +230,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d, Handler<Conv2dImpl>::Call,
                                   .Attr<int64_t>("pad_w"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, Handler<AttentionImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, CudaHandler<AttentionImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -228,10 +243,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, Handler<AttentionImpl>::Call,
                               {ffi::Traits::kCmdBufferCompatible});
 
 // Not command-buffer compatible: it takes scratch memory, like reduce.
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_backward, Handler<AttentionBackwardImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_backward, CudaHandler<AttentionBackwardImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
-                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Ctx<Scratch>()
                                   .Arg<ffi::AnyBuffer>()  // q
                                   .Arg<ffi::AnyBuffer>()  // k
                                   .Arg<ffi::AnyBuffer>()  // v
@@ -244,7 +259,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_backward, Handler<AttentionBackward
                                   .Attr<double>("scale")
                                   .Attr<bool>("causal"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_jvp, Handler<AttentionJvpImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention_jvp, CudaHandler<AttentionJvpImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()  // q
@@ -287,7 +302,7 @@ ffi::Error BinaryPartialImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuff
   });
 }
 
-ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, Scratch scratch,
                                   ffi::AnyBuffer dy, ffi::AnyBuffer w,
                                   ffi::Result<ffi::AnyBuffer> dx, int64_t stride_h,
                                   int64_t stride_w, int64_t pad_h, int64_t pad_w,
@@ -311,7 +326,7 @@ ffi::Error Conv2dBackwardDataImpl(cudaStream_t stream, ffi::ScratchAllocator scr
   });
 }
 
-ffi::Error Conv2dBackwardFilterImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
+ffi::Error Conv2dBackwardFilterImpl(cudaStream_t stream, Scratch scratch,
                                     ffi::AnyBuffer x, ffi::AnyBuffer dy,
                                     ffi::Result<ffi::AnyBuffer> dw, int64_t stride_h,
                                     int64_t stride_w, int64_t pad_h, int64_t pad_w,
@@ -337,7 +352,7 @@ ffi::Error Conv2dBackwardFilterImpl(cudaStream_t stream, ffi::ScratchAllocator s
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary_grad, Handler<UnaryGradImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary_grad, CudaHandler<UnaryGradImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -346,7 +361,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_unary_grad, Handler<UnaryGradImpl>::Call,
                                   .Attr<UnaryOp>("op"),
                               {ffi::Traits::kCmdBufferCompatible});
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary_partial, Handler<BinaryPartialImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary_partial, CudaHandler<BinaryPartialImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
                                   .Arg<ffi::AnyBuffer>()
@@ -356,10 +371,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_binary_partial, Handler<BinaryPartialImpl>::C
                               {ffi::Traits::kCmdBufferCompatible});
 
 // Not command-buffer compatible: it may take scratch memory (as reduce).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, Handler<Conv2dBackwardDataImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, CudaHandler<Conv2dBackwardDataImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
-                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Ctx<Scratch>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
@@ -371,10 +386,10 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_data, Handler<Conv2dBackwardD
                                   .Attr<int64_t>("input_w"));
 
 // Not command-buffer compatible: it may take scratch memory (as reduce).
-XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_filter, Handler<Conv2dBackwardFilterImpl>::Call,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d_backward_filter, CudaHandler<Conv2dBackwardFilterImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
-                                  .Ctx<ffi::ScratchAllocator>()
+                                  .Ctx<Scratch>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
