@@ -95,7 +95,7 @@ backward_kernel(TileParams p, const T* __restrict__ q, const T* __restrict__ k,
                 const Acc<T>* __restrict__ lse, const Acc<T>* __restrict__ delta,
                 Acc<T>* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
   using A = Acc<T>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  OXIJAX_DYNAMIC_SHARED(smem_raw, 16);
   A* smem = reinterpret_cast<A*>(smem_raw);
   const int tile = p.tile;
   const int64_t dim = p.dim;
@@ -197,7 +197,7 @@ jvp_kernel(TileParams p, const T* __restrict__ q, const T* __restrict__ k,
            const T* __restrict__ dq, const T* __restrict__ dk, const T* __restrict__ dv,
            T* __restrict__ dout) {
   using A = Acc<T>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  OXIJAX_DYNAMIC_SHARED(smem_raw, 16);
   A* smem = reinterpret_cast<A*>(smem_raw);
   const int tile = p.tile;
   const int64_t dim = p.dim;
@@ -355,16 +355,17 @@ cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape,
                                   round_up(size_t(bh * sq * dim) * sizeof(A)));
   if (cudaMemsetAsync(dq_acc, 0, size_t(bh * sq * dim) * sizeof(A), stream) != cudaSuccess)
     return cudaGetLastError();
-  delta_kernel<T><<<grid_for(bh * sq, kThreads / 32), kThreads, 0, stream>>>(out, dout, delta,
-                                                                             bh * sq, dim);
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (cudaError_t err = launch(&delta_kernel<T>, grid_for(bh * sq, kThreads / 32), kThreads, 0,
+                               stream, out, dout, delta, bh * sq, dim);
+      err != cudaSuccess)
+    return err;
   const TileParams params{sq, skv, dim, shape.scale, shape.causal, tile, key_tiles};
-  kernel<<<unsigned(bh * key_tiles), kThreads, smem, stream>>>(params, q, k, v, dout, lse, delta,
-                                                               dq_acc, dk, dv);
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  store_kernel<T><<<grid_for(bh * sq * dim, kThreads), kThreads, 0, stream>>>(dq_acc, dq,
-                                                                               bh * sq * dim);
-  return cudaGetLastError();
+  if (cudaError_t err = launch(kernel, unsigned(bh * key_tiles), kThreads, smem, stream, params, q,
+                               k, v, dout, lse, delta, dq_acc, dk, dv);
+      err != cudaSuccess)
+    return err;
+  return launch(&store_kernel<T>, grid_for(bh * sq * dim, kThreads), kThreads, 0, stream, dq_acc,
+                dq, bh * sq * dim);
 }
 
 template <typename T>
@@ -386,9 +387,8 @@ cudaError_t attention_jvp(cudaStream_t stream, const AttentionShape& shape, cons
   const int64_t query_tiles = (sq + tile - 1) / tile;
   if (bh * query_tiles > INT_MAX) return cudaErrorInvalidValue;
   const TileParams params{sq, skv, dim, shape.scale, shape.causal, tile, query_tiles};
-  kernel<<<unsigned(bh * query_tiles), kThreads, jvp_smem_bytes(tile, dim, sizeof(A)), stream>>>(
-      params, q, k, v, out, lse, dq, dk, dv, dout);
-  return cudaGetLastError();
+  return launch(kernel, unsigned(bh * query_tiles), kThreads, jvp_smem_bytes(tile, dim, sizeof(A)),
+                stream, params, q, k, v, out, lse, dq, dk, dv, dout);
 }
 
 #define OXIJAX_INSTANTIATE_ATTENTION_JVP(T)                                                   \

@@ -11,7 +11,8 @@
 //  - filter: dw (K x C*R*S) = dy (K x N*P*Q) @ x-gather (N*P*Q x C*R*S). Its reduction
 //            is long and the output small, so it is split over blocks (blockIdx.z) into
 //            Acc<T> partial sums in the workspace, added in a second kernel.
-// Launchers only enqueue and return cudaGetLastError().
+// Launchers only enqueue; they return the first failing launch's status, else
+// cudaSuccess.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -91,8 +92,8 @@ __global__ void __launch_bounds__(kThreads)
     igemm_kernel(Problem pr, int64_t splits, int64_t chunk, T* out, Acc<T>* partial,
                  int64_t out_size) {
   using A = Acc<T>;
-  __shared__ A as[kBK][kBM];
-  __shared__ A bs[kBK][kBN];
+  OXIJAX_SHARED(A, as, [kBK][kBM], alignof(A));
+  OXIJAX_SHARED(A, bs, [kBK][kBN], alignof(A));
   const int64_t g = blockIdx.z / splits, split = blockIdx.z % splits;
   const int64_t m0 = int64_t{blockIdx.y} * kBM, n0 = int64_t{blockIdx.x} * kBN;
   const int64_t m = pr.m(), n = pr.n(), depth = pr.depth();
@@ -198,8 +199,10 @@ cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& s, const 
     T* flipped = static_cast<T*>(workspace);
     const int64_t total = s.groups * s.c * s.k * s.r * s.s;
     const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(total, 256), 4 * sm_count()));
-    flip_filter_kernel<T><<<blocks, 256, 0, stream>>>(w, s, flipped);
-    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    if (const cudaError_t status = launch(&flip_filter_kernel<T>, blocks, 256, 0, stream, w, s,
+                                          flipped);
+        status != cudaSuccess)
+      return status;
     ConvShape f = s;
     f.c = s.k, f.h = s.p, f.w = s.q, f.k = s.c, f.p = s.h, f.q = s.w;
     f.pad_h = s.r - 1 - s.pad_h, f.pad_w = s.s - 1 - s.pad_w;
@@ -210,9 +213,8 @@ cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& s, const 
   if (!grid_fits(gx, gy, s.groups)) return cudaErrorInvalidConfiguration;
   // Depth 0 (no filters) still runs: every tile stores its zeros.
   const dim3 grid(unsigned(gx), unsigned(gy), unsigned(s.groups));
-  igemm_kernel<T, DataProblem<T>><<<grid, kThreads, 0, stream>>>(
-      DataProblem<T>{dy, w, s}, 1, std::max<int64_t>(depth, 1), dx, nullptr, 0);
-  return cudaGetLastError();
+  return launch(&igemm_kernel<T, DataProblem<T>>, grid, kThreads, 0, stream,
+                DataProblem<T>{dy, w, s}, 1, std::max<int64_t>(depth, 1), dx, nullptr, 0);
 }
 
 size_t conv2d_backward_filter_workspace_bytes(const ConvShape& s, size_t element_bytes) {
@@ -234,14 +236,13 @@ cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& s, cons
   if (!grid_fits(gx, gy, s.groups * splits)) return cudaErrorInvalidConfiguration;
   const dim3 grid(unsigned(gx), unsigned(gy), unsigned(s.groups * splits));
   auto* partial = static_cast<Acc<T>*>(workspace);
-  igemm_kernel<T, FilterProblem<T>><<<grid, kThreads, 0, stream>>>(
-      FilterProblem<T>{x, dy, s}, splits, chunk, dw, partial, out_size);
-  if (splits > 1) {
-    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-    const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(out_size, 256), 4 * sm_count()));
-    sum_splits_kernel<T><<<blocks, 256, 0, stream>>>(partial, splits, out_size, dw);
-  }
-  return cudaGetLastError();
+  if (const cudaError_t status =
+          launch(&igemm_kernel<T, FilterProblem<T>>, grid, kThreads, 0, stream,
+                 FilterProblem<T>{x, dy, s}, splits, chunk, dw, partial, out_size);
+      status != cudaSuccess || splits <= 1)
+    return status;
+  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(out_size, 256), 4 * sm_count()));
+  return launch(&sum_splits_kernel<T>, blocks, 256, 0, stream, partial, splits, out_size, dw);
 }
 
 #define OXIJAX_INSTANTIATE(T)                                                                   \
