@@ -304,17 +304,17 @@ template <typename Kernel>
 cudaError_t fit_tile(Kernel* kernel, size_t (*smem)(int, int64_t, size_t), int64_t dim,
                      size_t acc_bytes, int& tile) {
   int device = 0, optin = 48 * 1024;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-    return cudaGetLastError();
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return runtime_error(err);
   tile = kMaxTile;
   while (tile > 1 && smem(tile, dim, acc_bytes) > size_t(optin)) tile /= 2;
   const size_t bytes = smem(tile, dim, acc_bytes);
   if (bytes > size_t(optin)) return cudaErrorInvalidValue;
-  if (bytes > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
-          cudaSuccess)
-    return cudaGetLastError();
+  if (bytes > 48 * 1024)
+    return runtime_error(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   return cudaSuccess;
 }
 
@@ -335,12 +335,13 @@ cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape,
   const int64_t sq = shape.seq_q, skv = shape.seq_kv, dim = shape.head_dim;
   if (bh <= 0) return cudaSuccess;
   if (sq <= 0 || skv <= 0 || dim <= 0) {  // nothing attends: zero gradients
-    if (sq * dim > 0) cudaMemsetAsync(dq, 0, size_t(bh * sq * dim) * sizeof(T), stream);
-    if (skv * dim > 0) {
-      cudaMemsetAsync(dk, 0, size_t(bh * skv * dim) * sizeof(T), stream);
-      cudaMemsetAsync(dv, 0, size_t(bh * skv * dim) * sizeof(T), stream);
-    }
-    return cudaGetLastError();
+    cudaError_t err = cudaSuccess;
+    if (sq * dim > 0) err = cudaMemsetAsync(dq, 0, size_t(bh * sq * dim) * sizeof(T), stream);
+    if (err == cudaSuccess && skv * dim > 0)
+      err = cudaMemsetAsync(dk, 0, size_t(bh * skv * dim) * sizeof(T), stream);
+    if (err == cudaSuccess && skv * dim > 0)
+      err = cudaMemsetAsync(dv, 0, size_t(bh * skv * dim) * sizeof(T), stream);
+    return runtime_error(err);
   }
   auto* kernel = backward_kernel<T>;
   int tile;
@@ -353,8 +354,9 @@ cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape,
   A* dq_acc = static_cast<A*>(workspace);
   A* delta = reinterpret_cast<A*>(static_cast<char*>(workspace) +
                                   round_up(size_t(bh * sq * dim) * sizeof(A)));
-  if (cudaMemsetAsync(dq_acc, 0, size_t(bh * sq * dim) * sizeof(A), stream) != cudaSuccess)
-    return cudaGetLastError();
+  if (cudaError_t err = cudaMemsetAsync(dq_acc, 0, size_t(bh * sq * dim) * sizeof(A), stream);
+      err != cudaSuccess)
+    return runtime_error(err);
   if (cudaError_t err = launch(&delta_kernel<T>, grid_for(bh * sq, kThreads / 32), kThreads, 0,
                                stream, out, dout, delta, bh * sq, dim);
       err != cudaSuccess)
@@ -377,8 +379,7 @@ cudaError_t attention_jvp(cudaStream_t stream, const AttentionShape& shape, cons
   const int64_t sq = shape.seq_q, skv = shape.seq_kv, dim = shape.head_dim;
   if (bh <= 0 || sq <= 0 || dim <= 0) return cudaSuccess;
   if (skv <= 0) {  // nothing attends: a zero tangent
-    cudaMemsetAsync(dout, 0, size_t(bh * sq * dim) * sizeof(T), stream);
-    return cudaGetLastError();
+    return runtime_error(cudaMemsetAsync(dout, 0, size_t(bh * sq * dim) * sizeof(T), stream));
   }
   auto* kernel = jvp_kernel<T>;
   int tile;

@@ -594,7 +594,7 @@ cudaError_t launch_mma(cudaStream_t stream, AttnParams p, int64_t bh, const void
   if constexpr (smem > 48 * 1024) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (err != cudaSuccess) return err;
+    if (err != cudaSuccess) return runtime_error(err);
   }
   return launch(kernel, grid_for(p.tasks), kMmaThreads, smem, stream, p,
                 static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k),
@@ -646,7 +646,7 @@ cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T*
       cudaError_t err = cudaGetDevice(&device);
       if (err == cudaSuccess)
         err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      if (err != cudaSuccess) return err;
+      if (err != cudaSuccess) return runtime_error(err);
       if (major >= 8) {
         return p.dim == 64 ? launch_mma<kBf16, 64>(stream, p, bh, q, k, v, out, lse)
                            : launch_mma<kBf16, 128>(stream, p, bh, q, k, v, out, lse);
