@@ -210,40 +210,59 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
             }
           }
 
-          // ---- mask: keys at or past a row's key_end (causal, or past seq_kv)
-          if (n0 + kMmaKeys > warp_kv_min) {
+          // ---- mask: keys at or past a row's key_end (causal, or past seq_kv), only in
+          // tiles that reach past the warp's first row's key_end (warp-uniform). Masked
+          // scores are dropped by selects, from the max and after the exponential, never
+          // scaled as -inf: -inf * a scale that rounds to 0 in float would be NaN.
+          const bool edge = n0 + kMmaKeys > warp_kv_min;
+          const auto masked = [&](int j, int e) {
+            return n0 + 8 * j + 2 * tq + (e & 1) >= kend[e >> 1];
+          };
+
+          // ---- online softmax (rows g, g+8; the quad's 4 lanes share a row)
+          float mx[2] = {kNegInf, kNegInf};
+          if (edge) {
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
               for (int e = 0; e < 4; ++e)
-                if (n0 + 8 * j + 2 * tq + (e & 1) >= kend[e >> 1]) s[j][e] = kNegInf;
-          }
-
-          // ---- online softmax (rows g, g+8; the quad's 4 lanes share a row)
-          float mx[2] = {kNegInf, kNegInf};
+                mx[e >> 1] = fmaxf(mx[e >> 1], masked(j, e) ? kNegInf : s[j][e]);
+          } else {
 #pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+            for (int j = 0; j < kNTiles; ++j) {
+              mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+              mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+            }
           }
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            // scale > 0: max(raw) * scale is exactly the max of the rounded scaled scores.
-            const float factor = os[r].rescale(mx[r] * p.scale_f);
+            // scale > 0: max(raw) * scale is exactly the max of the rounded scaled scores;
+            // no visible key leaves the max -inf (not -inf * scale).
+            const float factor =
+                os[r].rescale(mx[r] == kNegInf ? kNegInf : mx[r] * p.scale_f);
             // weight(s) = exp(s*scale - max) = 2^(s*scale*log2e - max*log2e); with max
-            // still -inf every score is -inf (-> 0) or NaN (stays NaN), as weight() has it.
+            // still -inf every visible score is -inf (-> 0) or NaN (stays NaN), as
+            // weight() has it. A scale that rounds to 0 makes every weight 1: uniform.
             const float mlog = os[r].max == kNegInf ? 0.f : os[r].max * float(kLog2e);
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+              for (int e = 2 * r; e < 2 * r + 2; ++e)
+                s[j][e] = ptx::ex2_approx_ftz(fmaf(s[j][e], p.scale_log2e, -mlog));
+            if (edge) {
+#pragma unroll
+              for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+                for (int e = 2 * r; e < 2 * r + 2; ++e)
+                  if (masked(j, e)) s[j][e] = 0.f;
+            }
             float sum = 0.f;
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-              for (int e = 2 * r; e < 2 * r + 2; ++e) {
-                const float w = ptx::ex2_approx_ftz(fmaf(s[j][e], p.scale_log2e, -mlog));
-                s[j][e] = w;
-                sum += w;
-              }
+              for (int e = 2 * r; e < 2 * r + 2; ++e) sum += s[j][e];
             os[r].add(sum);  // this lane's partial row sum; lanes are summed at the end
 #pragma unroll
             for (int n = 0; n < 2 * kDSteps; ++n) {
