@@ -48,9 +48,20 @@ void CudaDevice::require_open() const {
   if (closed_) throw DriverFailure(kClosed, "BACKEND_CLOSED", "the CUDA backend was closed");
 }
 
+std::shared_lock<std::shared_mutex> CudaDevice::use() {
+  std::shared_lock<std::shared_mutex> lock(use_mu_);
+  // closed_ is set before the release waits for use_mu_: an op that gets the lock after
+  // close() sees it, one that got it before finishes enqueuing before the release.
+  require_open();
+  return lock;
+}
+
 void CudaDevice::release_if_done() noexcept {
   if (!closed_ || released_ || live_ > 0) return;
   released_ = true;
+  // Waits for the ops that passed their open check (and so for the workspace's users).
+  std::unique_lock<std::shared_mutex> in_use(use_mu_);
+  std::lock_guard<std::mutex> workspace_lock(workspace_mu_);  // workspace_ is freed here
   try {
     Current current(*this);
     driver_.stream_synchronize(stream_);
@@ -94,7 +105,7 @@ void CudaDevice::free(uintptr_t ptr) {
 }
 
 void CudaDevice::htod(uintptr_t dst, uintptr_t src, size_t bytes) {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   driver_.check(driver_.memcpy_htod_async(static_cast<CUdeviceptr>(dst), at<const void>(src),
                                           bytes, stream_),
@@ -103,7 +114,7 @@ void CudaDevice::htod(uintptr_t dst, uintptr_t src, size_t bytes) {
 }
 
 void CudaDevice::dtoh(uintptr_t dst, uintptr_t src, size_t bytes) {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   driver_.check(driver_.memcpy_dtoh_async(at<void>(dst), static_cast<CUdeviceptr>(src), bytes,
                                           stream_),
@@ -112,13 +123,13 @@ void CudaDevice::dtoh(uintptr_t dst, uintptr_t src, size_t bytes) {
 }
 
 void CudaDevice::synchronize() {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   driver_.check(driver_.stream_synchronize(stream_), "cuStreamSynchronize");
 }
 
 std::pair<size_t, size_t> CudaDevice::mem_info() {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   size_t free_bytes = 0, total_bytes = 0;
   driver_.check(driver_.mem_get_info(&free_bytes, &total_bytes), "cuMemGetInfo");
@@ -154,7 +165,7 @@ void launched(cudaError_t status, const char* op) {
 #define OXIJAX_STREAM reinterpret_cast<cudaStream_t>(stream_)
 
 void CudaDevice::unary(int dtype, int op, uintptr_t x, uintptr_t y, int64_t n) {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
@@ -164,7 +175,7 @@ void CudaDevice::unary(int dtype, int op, uintptr_t x, uintptr_t y, int64_t n) {
 }
 
 void CudaDevice::binary(int dtype, int op, uintptr_t a, uintptr_t b, uintptr_t out, int64_t n) {
-  require_open();
+  const auto in_use = use();
   const BroadcastShape shape = flat_shape(n);
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
@@ -176,7 +187,7 @@ void CudaDevice::binary(int dtype, int op, uintptr_t a, uintptr_t b, uintptr_t o
 }
 
 void CudaDevice::reduce(int dtype, int op, uintptr_t x, uintptr_t out, const ReduceShape& shape) {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
@@ -191,7 +202,7 @@ void CudaDevice::reduce(int dtype, int op, uintptr_t x, uintptr_t out, const Red
 
 void CudaDevice::gemm(int dtype, const GemmProblem& problem, uintptr_t a, uintptr_t b,
                       uintptr_t c) {
-  require_open();
+  const auto in_use = use();
   const GemmShape shape = gemm_shape(problem);
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
@@ -204,7 +215,7 @@ void CudaDevice::gemm(int dtype, const GemmProblem& problem, uintptr_t a, uintpt
 }
 
 void CudaDevice::conv2d(int dtype, const ConvArgs& args) {
-  require_open();
+  const auto in_use = use();
   const ConvShape shape =
       conv_shape(args.input, args.filter, args.output, args.stride, args.padding);
   Current current(*this);
@@ -217,7 +228,7 @@ void CudaDevice::conv2d(int dtype, const ConvArgs& args) {
 }
 
 void CudaDevice::attention(int dtype, const AttentionArgs& args) {
-  require_open();
+  const auto in_use = use();
   const AttentionShape& s = args.shape;
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
