@@ -152,11 +152,35 @@ void* CudaDevice::workspace(size_t bytes) {
 
 namespace {
 
+// The driver's CUresult for a launcher's runtime status: DriverFailure carries the
+// driver's codes and names (SPEC section 2). The runtime's codes are the driver's wherever
+// both APIs have the error (driver_types.h and cuda.h: cudaErrorMemoryAllocation =
+// CUDA_ERROR_OUT_OF_MEMORY, cudaErrorLaunchFailure = CUDA_ERROR_LAUNCH_FAILED, ...). A
+// launch configuration the device cannot run, the runtime's own
+// cudaErrorInvalidConfiguration, is cuLaunchKernel's CUDA_ERROR_INVALID_VALUE; any other
+// runtime-only code (one the driver does not know) is CUDA_ERROR_UNKNOWN.
+CUresult driver_result(const CudaDriver& driver, cudaError_t status) {
+  static_assert(int(cudaErrorMemoryAllocation) == int(CUDA_ERROR_OUT_OF_MEMORY) &&
+                    int(cudaErrorLaunchFailure) == int(CUDA_ERROR_LAUNCH_FAILED) &&
+                    int(cudaErrorIllegalAddress) == int(CUDA_ERROR_ILLEGAL_ADDRESS),
+                "the runtime's codes are the driver's");
+  if (status == cudaErrorInvalidConfiguration) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult same = static_cast<CUresult>(status);
+  const char* name = nullptr;
+  return driver.get_error_name(same, &name) == CUDA_SUCCESS ? same : CUDA_ERROR_UNKNOWN;
+}
+
+// Throws the DriverFailure of a failed launch: the driver's code and name, the runtime's
+// own name and description in the message.
 void launched(cudaError_t status, const char* op) {
   if (status == cudaSuccess) return;
-  throw DriverFailure(static_cast<int>(status), cudaGetErrorName(status),
+  const CudaDriver& driver = CudaDriver::get();  // loaded: the device exists
+  const CUresult result = driver_result(driver, status);
+  const char* name = nullptr;
+  if (driver.get_error_name(result, &name) != CUDA_SUCCESS) name = "CUDA_ERROR_UNKNOWN";
+  throw DriverFailure(static_cast<int>(result), name,
                       std::string("CUDA ") + op + " kernel launch failed: " +
-                          cudaGetErrorString(status));
+                          cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
 }
 
 }  // namespace
