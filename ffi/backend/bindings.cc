@@ -41,7 +41,8 @@ void bind_backend(nb::module_& parent) {
   nb::module_ m = parent.def_submodule(
       "backend", "The pointer backend's devices on raw addresses (use oxijax.backend).");
 
-  // DriverError(code, name, message): a failure of the CUDA driver or runtime.
+  // DriverError(code, name, message): a failure of the CUDA driver or of a kernel launch
+  // (the driver's CUresult code and name either way, errors.h).
   static PyObject* driver_error =
       PyErr_NewException("oxijax._oxijax.backend.DriverError", PyExc_RuntimeError, nullptr);
   m.attr("DriverError") = nb::handle(driver_error);

@@ -48,9 +48,20 @@ void CudaDevice::require_open() const {
   if (closed_) throw DriverFailure(kClosed, "BACKEND_CLOSED", "the CUDA backend was closed");
 }
 
+std::shared_lock<std::shared_mutex> CudaDevice::use() {
+  std::shared_lock<std::shared_mutex> lock(use_mu_);
+  // closed_ is set before the release waits for use_mu_: an op that gets the lock after
+  // close() sees it, one that got it before finishes enqueuing before the release.
+  require_open();
+  return lock;
+}
+
 void CudaDevice::release_if_done() noexcept {
   if (!closed_ || released_ || live_ > 0) return;
   released_ = true;
+  // Waits for the ops that passed their open check (and so for the workspace's users).
+  std::unique_lock<std::shared_mutex> in_use(use_mu_);
+  std::lock_guard<std::mutex> workspace_lock(workspace_mu_);  // workspace_ is freed here
   try {
     Current current(*this);
     driver_.stream_synchronize(stream_);
@@ -94,7 +105,7 @@ void CudaDevice::free(uintptr_t ptr) {
 }
 
 void CudaDevice::htod(uintptr_t dst, uintptr_t src, size_t bytes) {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   driver_.check(driver_.memcpy_htod_async(static_cast<CUdeviceptr>(dst), at<const void>(src),
                                           bytes, stream_),
@@ -103,7 +114,7 @@ void CudaDevice::htod(uintptr_t dst, uintptr_t src, size_t bytes) {
 }
 
 void CudaDevice::dtoh(uintptr_t dst, uintptr_t src, size_t bytes) {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   driver_.check(driver_.memcpy_dtoh_async(at<void>(dst), static_cast<CUdeviceptr>(src), bytes,
                                           stream_),
@@ -112,13 +123,13 @@ void CudaDevice::dtoh(uintptr_t dst, uintptr_t src, size_t bytes) {
 }
 
 void CudaDevice::synchronize() {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   driver_.check(driver_.stream_synchronize(stream_), "cuStreamSynchronize");
 }
 
 std::pair<size_t, size_t> CudaDevice::mem_info() {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   size_t free_bytes = 0, total_bytes = 0;
   driver_.check(driver_.mem_get_info(&free_bytes, &total_bytes), "cuMemGetInfo");
@@ -141,11 +152,35 @@ void* CudaDevice::workspace(size_t bytes) {
 
 namespace {
 
+// The driver's CUresult for a launcher's runtime status: DriverFailure carries the
+// driver's codes and names (SPEC section 2). The runtime's codes are the driver's wherever
+// both APIs have the error (driver_types.h and cuda.h: cudaErrorMemoryAllocation =
+// CUDA_ERROR_OUT_OF_MEMORY, cudaErrorLaunchFailure = CUDA_ERROR_LAUNCH_FAILED, ...). A
+// launch configuration the device cannot run, the runtime's own
+// cudaErrorInvalidConfiguration, is cuLaunchKernel's CUDA_ERROR_INVALID_VALUE; any other
+// runtime-only code (one the driver does not know) is CUDA_ERROR_UNKNOWN.
+CUresult driver_result(const CudaDriver& driver, cudaError_t status) {
+  static_assert(int(cudaErrorMemoryAllocation) == int(CUDA_ERROR_OUT_OF_MEMORY) &&
+                    int(cudaErrorLaunchFailure) == int(CUDA_ERROR_LAUNCH_FAILED) &&
+                    int(cudaErrorIllegalAddress) == int(CUDA_ERROR_ILLEGAL_ADDRESS),
+                "the runtime's codes are the driver's");
+  if (status == cudaErrorInvalidConfiguration) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult same = static_cast<CUresult>(status);
+  const char* name = nullptr;
+  return driver.get_error_name(same, &name) == CUDA_SUCCESS ? same : CUDA_ERROR_UNKNOWN;
+}
+
+// Throws the DriverFailure of a failed launch: the driver's code and name, the runtime's
+// own name and description in the message.
 void launched(cudaError_t status, const char* op) {
   if (status == cudaSuccess) return;
-  throw DriverFailure(static_cast<int>(status), cudaGetErrorName(status),
+  const CudaDriver& driver = CudaDriver::get();  // loaded: the device exists
+  const CUresult result = driver_result(driver, status);
+  const char* name = nullptr;
+  if (driver.get_error_name(result, &name) != CUDA_SUCCESS) name = "CUDA_ERROR_UNKNOWN";
+  throw DriverFailure(static_cast<int>(result), name,
                       std::string("CUDA ") + op + " kernel launch failed: " +
-                          cudaGetErrorString(status));
+                          cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
 }
 
 }  // namespace
@@ -154,7 +189,7 @@ void launched(cudaError_t status, const char* op) {
 #define OXIJAX_STREAM reinterpret_cast<cudaStream_t>(stream_)
 
 void CudaDevice::unary(int dtype, int op, uintptr_t x, uintptr_t y, int64_t n) {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
@@ -164,7 +199,7 @@ void CudaDevice::unary(int dtype, int op, uintptr_t x, uintptr_t y, int64_t n) {
 }
 
 void CudaDevice::binary(int dtype, int op, uintptr_t a, uintptr_t b, uintptr_t out, int64_t n) {
-  require_open();
+  const auto in_use = use();
   const BroadcastShape shape = flat_shape(n);
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
@@ -176,7 +211,7 @@ void CudaDevice::binary(int dtype, int op, uintptr_t a, uintptr_t b, uintptr_t o
 }
 
 void CudaDevice::reduce(int dtype, int op, uintptr_t x, uintptr_t out, const ReduceShape& shape) {
-  require_open();
+  const auto in_use = use();
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
@@ -191,7 +226,7 @@ void CudaDevice::reduce(int dtype, int op, uintptr_t x, uintptr_t out, const Red
 
 void CudaDevice::gemm(int dtype, const GemmProblem& problem, uintptr_t a, uintptr_t b,
                       uintptr_t c) {
-  require_open();
+  const auto in_use = use();
   const GemmShape shape = gemm_shape(problem);
   Current current(*this);
   with_dtype(dtype, [&](auto t) {
@@ -204,7 +239,7 @@ void CudaDevice::gemm(int dtype, const GemmProblem& problem, uintptr_t a, uintpt
 }
 
 void CudaDevice::conv2d(int dtype, const ConvArgs& args) {
-  require_open();
+  const auto in_use = use();
   const ConvShape shape =
       conv_shape(args.input, args.filter, args.output, args.stride, args.padding);
   Current current(*this);
@@ -217,7 +252,7 @@ void CudaDevice::conv2d(int dtype, const ConvArgs& args) {
 }
 
 void CudaDevice::attention(int dtype, const AttentionArgs& args) {
-  require_open();
+  const auto in_use = use();
   const AttentionShape& s = args.shape;
   Current current(*this);
   with_dtype(dtype, [&](auto t) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <shared_mutex>
 #include <utility>
 
 #include "cuda_driver.h"
@@ -51,6 +52,9 @@ class CudaDevice {
  private:
   class Current;  // pushes ctx_ for a scope
   void require_open() const;
+  // Holds use_mu_ shared for the caller's scope and checks, under it, that the device is
+  // open: entry points that use the stream or the context outside mu_ start with it.
+  std::shared_lock<std::shared_mutex> use();
   void release_if_done() noexcept;  // with mu_ held
   // Device scratch of at least `bytes` (reduce partials, attention's log-sum-exp),
   // grown on demand; call with workspace_mu_ held until the launch is enqueued.
@@ -65,7 +69,11 @@ class CudaDevice {
   int64_t live_ = 0;
   std::atomic<bool> closed_{false};
   bool released_ = false;
-  std::mutex workspace_mu_;
+  // Shared by every entry point between its open check and its return, exclusive for
+  // the release: the stream, the workspace and the context are never torn down under an
+  // op that passed its check. Taken after mu_ where both are held.
+  std::shared_mutex use_mu_;
+  std::mutex workspace_mu_;  // taken after use_mu_
   CUdeviceptr workspace_ = 0;
   size_t workspace_bytes_ = 0;
 };

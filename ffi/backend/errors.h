@@ -1,5 +1,6 @@
 // Errors of the pointer backend's C++ side. A DriverFailure carries the CUDA driver's
-// (or runtime's) error code and name; the binding turns it into
+// error code (a CUresult; a kernel launcher's runtime status is mapped onto the driver's
+// code with the same meaning, see cuda_device.cc) and name; the binding turns it into
 // oxijax._oxijax.backend.DriverError(code, name, message), which oxijax.backend maps
 // onto DeviceError / OutOfMemory. Bad arguments throw std::invalid_argument (ValueError):
 // the Python layer validates first, so those are a safety net.

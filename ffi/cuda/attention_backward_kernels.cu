@@ -95,7 +95,7 @@ backward_kernel(TileParams p, const T* __restrict__ q, const T* __restrict__ k,
                 const Acc<T>* __restrict__ lse, const Acc<T>* __restrict__ delta,
                 Acc<T>* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
   using A = Acc<T>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  OXIJAX_DYNAMIC_SHARED(smem_raw, 16);
   A* smem = reinterpret_cast<A*>(smem_raw);
   const int tile = p.tile;
   const int64_t dim = p.dim;
@@ -197,7 +197,7 @@ jvp_kernel(TileParams p, const T* __restrict__ q, const T* __restrict__ k,
            const T* __restrict__ dq, const T* __restrict__ dk, const T* __restrict__ dv,
            T* __restrict__ dout) {
   using A = Acc<T>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  OXIJAX_DYNAMIC_SHARED(smem_raw, 16);
   A* smem = reinterpret_cast<A*>(smem_raw);
   const int tile = p.tile;
   const int64_t dim = p.dim;
@@ -304,17 +304,17 @@ template <typename Kernel>
 cudaError_t fit_tile(Kernel* kernel, size_t (*smem)(int, int64_t, size_t), int64_t dim,
                      size_t acc_bytes, int& tile) {
   int device = 0, optin = 48 * 1024;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-    return cudaGetLastError();
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return runtime_error(err);
   tile = kMaxTile;
   while (tile > 1 && smem(tile, dim, acc_bytes) > size_t(optin)) tile /= 2;
   const size_t bytes = smem(tile, dim, acc_bytes);
   if (bytes > size_t(optin)) return cudaErrorInvalidValue;
-  if (bytes > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
-          cudaSuccess)
-    return cudaGetLastError();
+  if (bytes > 48 * 1024)
+    return runtime_error(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   return cudaSuccess;
 }
 
@@ -335,12 +335,13 @@ cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape,
   const int64_t sq = shape.seq_q, skv = shape.seq_kv, dim = shape.head_dim;
   if (bh <= 0) return cudaSuccess;
   if (sq <= 0 || skv <= 0 || dim <= 0) {  // nothing attends: zero gradients
-    if (sq * dim > 0) cudaMemsetAsync(dq, 0, size_t(bh * sq * dim) * sizeof(T), stream);
-    if (skv * dim > 0) {
-      cudaMemsetAsync(dk, 0, size_t(bh * skv * dim) * sizeof(T), stream);
-      cudaMemsetAsync(dv, 0, size_t(bh * skv * dim) * sizeof(T), stream);
-    }
-    return cudaGetLastError();
+    cudaError_t err = cudaSuccess;
+    if (sq * dim > 0) err = cudaMemsetAsync(dq, 0, size_t(bh * sq * dim) * sizeof(T), stream);
+    if (err == cudaSuccess && skv * dim > 0)
+      err = cudaMemsetAsync(dk, 0, size_t(bh * skv * dim) * sizeof(T), stream);
+    if (err == cudaSuccess && skv * dim > 0)
+      err = cudaMemsetAsync(dv, 0, size_t(bh * skv * dim) * sizeof(T), stream);
+    return runtime_error(err);
   }
   auto* kernel = backward_kernel<T>;
   int tile;
@@ -353,18 +354,20 @@ cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape,
   A* dq_acc = static_cast<A*>(workspace);
   A* delta = reinterpret_cast<A*>(static_cast<char*>(workspace) +
                                   round_up(size_t(bh * sq * dim) * sizeof(A)));
-  if (cudaMemsetAsync(dq_acc, 0, size_t(bh * sq * dim) * sizeof(A), stream) != cudaSuccess)
-    return cudaGetLastError();
-  delta_kernel<T><<<grid_for(bh * sq, kThreads / 32), kThreads, 0, stream>>>(out, dout, delta,
-                                                                             bh * sq, dim);
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (cudaError_t err = cudaMemsetAsync(dq_acc, 0, size_t(bh * sq * dim) * sizeof(A), stream);
+      err != cudaSuccess)
+    return runtime_error(err);
+  if (cudaError_t err = launch(&delta_kernel<T>, grid_for(bh * sq, kThreads / 32), kThreads, 0,
+                               stream, out, dout, delta, bh * sq, dim);
+      err != cudaSuccess)
+    return err;
   const TileParams params{sq, skv, dim, shape.scale, shape.causal, tile, key_tiles};
-  kernel<<<unsigned(bh * key_tiles), kThreads, smem, stream>>>(params, q, k, v, dout, lse, delta,
-                                                               dq_acc, dk, dv);
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  store_kernel<T><<<grid_for(bh * sq * dim, kThreads), kThreads, 0, stream>>>(dq_acc, dq,
-                                                                               bh * sq * dim);
-  return cudaGetLastError();
+  if (cudaError_t err = launch(kernel, unsigned(bh * key_tiles), kThreads, smem, stream, params, q,
+                               k, v, dout, lse, delta, dq_acc, dk, dv);
+      err != cudaSuccess)
+    return err;
+  return launch(&store_kernel<T>, grid_for(bh * sq * dim, kThreads), kThreads, 0, stream, dq_acc,
+                dq, bh * sq * dim);
 }
 
 template <typename T>
@@ -376,8 +379,7 @@ cudaError_t attention_jvp(cudaStream_t stream, const AttentionShape& shape, cons
   const int64_t sq = shape.seq_q, skv = shape.seq_kv, dim = shape.head_dim;
   if (bh <= 0 || sq <= 0 || dim <= 0) return cudaSuccess;
   if (skv <= 0) {  // nothing attends: a zero tangent
-    cudaMemsetAsync(dout, 0, size_t(bh * sq * dim) * sizeof(T), stream);
-    return cudaGetLastError();
+    return runtime_error(cudaMemsetAsync(dout, 0, size_t(bh * sq * dim) * sizeof(T), stream));
   }
   auto* kernel = jvp_kernel<T>;
   int tile;
@@ -386,9 +388,8 @@ cudaError_t attention_jvp(cudaStream_t stream, const AttentionShape& shape, cons
   const int64_t query_tiles = (sq + tile - 1) / tile;
   if (bh * query_tiles > INT_MAX) return cudaErrorInvalidValue;
   const TileParams params{sq, skv, dim, shape.scale, shape.causal, tile, query_tiles};
-  kernel<<<unsigned(bh * query_tiles), kThreads, jvp_smem_bytes(tile, dim, sizeof(A)), stream>>>(
-      params, q, k, v, out, lse, dq, dk, dv, dout);
-  return cudaGetLastError();
+  return launch(kernel, unsigned(bh * query_tiles), kThreads, jvp_smem_bytes(tile, dim, sizeof(A)),
+                stream, params, q, k, v, out, lse, dq, dk, dv, dout);
 }
 
 #define OXIJAX_INSTANTIATE_ATTENTION_JVP(T)                                                   \

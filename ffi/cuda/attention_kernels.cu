@@ -37,7 +37,7 @@
 //
 // Both write lse (log-sum-exp of the scaled scores; -inf for a fully masked row, whose
 // output is zeros) for every row. Launchers only enqueue; they return cudaSuccess
-// without launching when there is no query row, else cudaGetLastError().
+// without launching when there is no query row, else the launch's status.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -49,7 +49,9 @@
 
 #include "convert.h"
 #include "kernels.h"
+#include "launch.h"
 #include "oxijax/math.h"
+#include "ptx.h"
 
 namespace oxijax::cuda {
 namespace {
@@ -88,73 +90,10 @@ template <int D> constexpr size_t mma_smem_bytes() {
   return size_t(5) * kMmaRows * D * sizeof(uint16_t);  // Q + 2 x K + 2 x V tiles
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // Element offset of 16-byte chunk `chunk` of row `row` in a [64][D] b16 tile.
 template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
   static_assert(D % 64 == 0, "the swizzle needs at least 8 chunks per row");
   return row * D + ((chunk ^ (row & 7)) << 3);
-}
-
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  // src-size 0 reads nothing and zero-fills the 16 bytes.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// c += a . b for one m16n8k16 tile (A row-major 16x16, B "col" 16x8, float32 C).
-template <bool kBf16>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  if constexpr (kBf16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two floats rounded to nearest even into a b16x2 register: lo in bits 0..15.
-template <bool kBf16> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (kBf16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
-
-// 2^x (ex2.approx: ~2 ulp; 2^-inf = 0, NaN stays NaN, subnormal results flush to 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // cp.async a [64][D] tile of rows row0.. of a [rows][D] matrix into swizzled shared
@@ -171,7 +110,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* __restri
     const int r = idx / kChunks, c = idx % kChunks;
     const bool ok = row0 + r < rows;
     const uint16_t* g = ok ? src + (int64_t(row0 + r) * D + c * 8) : src;
-    cp_async_16(dst + 2u * uint32_t(swz<D>(r, c)), g, ok);
+    ptx::cp_async<16>(dst + 2u * uint32_t(swz<D>(r, c)), g, ok ? 16 : 0);
   }
 }
 
@@ -180,16 +119,15 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
     attention_mma_kernel(const AttnParams p, const uint16_t* __restrict__ q,
                          const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
                          uint16_t* __restrict__ out, float* __restrict__ lse) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kTile = kMmaRows * D;  // elements of one tile
   constexpr int kChunks = D / 8;
   constexpr int kDSteps = D / 16;        // k-steps of S = Q.K^T; d-tile pairs of P.V
   constexpr int kNTiles = kMmaKeys / 8;  // n8 tiles of S
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  OXIJAX_DYNAMIC_SHARED(smem_raw, 128);
   uint16_t* const s_q = reinterpret_cast<uint16_t*>(smem_raw);  // [64][D], later O staging
-  const uint32_t q_addr = smem_u32(s_q);
+  const uint32_t q_addr = ptx::shared_address(s_q);
   const uint32_t k_addr = q_addr + 2u * kTile;  // [2][64][D]
   const uint32_t v_addr = k_addr + 4u * kTile;  // [2][64][D]
 
@@ -226,18 +164,18 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
 
     if (n_tiles > 0) {
       load_tile<D>(q_addr, qg, m0, seq_q, tid);
-      cp_async_commit();
+      ptx::cp_async_commit();
       load_tile<D>(k_addr, kg, 0, seq_kv, tid);
       load_tile<D>(v_addr, vg, 0, seq_kv, tid);
-      cp_async_commit();
-      cp_async_wait<1>();  // the Q group is done
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();  // the Q group is done
       __syncthreads();
 
       uint32_t qf[kDSteps][4];  // A fragments of the warp's 16 rows
 #pragma unroll
       for (int kk = 0; kk < kDSteps; ++kk)
-        ldmatrix_x4(qf[kk], q_addr + 2u * uint32_t(swz<D>(warp * 16 + (lane & 15),
-                                                         2 * kk + (lane >> 4))));
+        ptx::ldmatrix_x4(qf[kk], q_addr + 2u * uint32_t(swz<D>(warp * 16 + (lane & 15),
+                                                              2 * kk + (lane >> 4))));
 
       for (int t = 0; t < n_tiles; ++t) {
         const int n0 = t * kMmaKeys;
@@ -247,8 +185,8 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
           load_tile<D>(k_addr + next_off, kg, n0 + kMmaKeys, seq_kv, tid);
           load_tile<D>(v_addr + next_off, vg, n0 + kMmaKeys, seq_kv, tid);
         }
-        cp_async_commit();   // possibly empty: keeps one group per iteration
-        cp_async_wait<1>();  // all but the newest group: tile t has landed
+        ptx::cp_async_commit();   // possibly empty: keeps one group per iteration
+        ptx::cp_async_wait<1>();  // all but the newest group: tile t has landed
         __syncthreads();
 
         if (n0 < warp_kv_max) {  // warp-uniform: some row of this warp sees a key here
@@ -266,46 +204,65 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
               uint32_t b[4];
               const int key = nb * 16 + (lane & 7) + ((lane >> 4) << 3);
               const int chunk = 2 * kk + ((lane >> 3) & 1);
-              ldmatrix_x4(b, kb + 2u * uint32_t(swz<D>(key, chunk)));
-              mma_16816<kBf16>(s[2 * nb], qf[kk], b[0], b[1]);
-              mma_16816<kBf16>(s[2 * nb + 1], qf[kk], b[2], b[3]);
+              ptx::ldmatrix_x4(b, kb + 2u * uint32_t(swz<D>(key, chunk)));
+              ptx::mma_m16n8k16<kBf16>(s[2 * nb], qf[kk], {b[0], b[1]});
+              ptx::mma_m16n8k16<kBf16>(s[2 * nb + 1], qf[kk], {b[2], b[3]});
             }
           }
 
-          // ---- mask: keys at or past a row's key_end (causal, or past seq_kv)
-          if (n0 + kMmaKeys > warp_kv_min) {
+          // ---- mask: keys at or past a row's key_end (causal, or past seq_kv), only in
+          // tiles that reach past the warp's first row's key_end (warp-uniform). Masked
+          // scores are dropped by selects, from the max and after the exponential, never
+          // scaled as -inf: -inf * a scale that rounds to 0 in float would be NaN.
+          const bool edge = n0 + kMmaKeys > warp_kv_min;
+          const auto masked = [&](int j, int e) {
+            return n0 + 8 * j + 2 * tq + (e & 1) >= kend[e >> 1];
+          };
+
+          // ---- online softmax (rows g, g+8; the quad's 4 lanes share a row)
+          float mx[2] = {kNegInf, kNegInf};
+          if (edge) {
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
               for (int e = 0; e < 4; ++e)
-                if (n0 + 8 * j + 2 * tq + (e & 1) >= kend[e >> 1]) s[j][e] = kNegInf;
-          }
-
-          // ---- online softmax (rows g, g+8; the quad's 4 lanes share a row)
-          float mx[2] = {kNegInf, kNegInf};
+                mx[e >> 1] = fmaxf(mx[e >> 1], masked(j, e) ? kNegInf : s[j][e]);
+          } else {
 #pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+            for (int j = 0; j < kNTiles; ++j) {
+              mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+              mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+            }
           }
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            // scale > 0: max(raw) * scale is exactly the max of the rounded scaled scores.
-            const float factor = os[r].rescale(mx[r] * p.scale_f);
+            // scale > 0: max(raw) * scale is exactly the max of the rounded scaled scores;
+            // no visible key leaves the max -inf (not -inf * scale).
+            const float factor =
+                os[r].rescale(mx[r] == kNegInf ? kNegInf : mx[r] * p.scale_f);
             // weight(s) = exp(s*scale - max) = 2^(s*scale*log2e - max*log2e); with max
-            // still -inf every score is -inf (-> 0) or NaN (stays NaN), as weight() has it.
+            // still -inf every visible score is -inf (-> 0) or NaN (stays NaN), as
+            // weight() has it. A scale that rounds to 0 makes every weight 1: uniform.
             const float mlog = os[r].max == kNegInf ? 0.f : os[r].max * float(kLog2e);
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+              for (int e = 2 * r; e < 2 * r + 2; ++e)
+                s[j][e] = ptx::ex2_approx_ftz(fmaf(s[j][e], p.scale_log2e, -mlog));
+            if (edge) {
+#pragma unroll
+              for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+                for (int e = 2 * r; e < 2 * r + 2; ++e)
+                  if (masked(j, e)) s[j][e] = 0.f;
+            }
             float sum = 0.f;
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-              for (int e = 2 * r; e < 2 * r + 2; ++e) {
-                const float w = fast_exp2(fmaf(s[j][e], p.scale_log2e, -mlog));
-                s[j][e] = w;
-                sum += w;
-              }
+              for (int e = 2 * r; e < 2 * r + 2; ++e) sum += s[j][e];
             os[r].add(sum);  // this lane's partial row sum; lanes are summed at the end
 #pragma unroll
             for (int n = 0; n < 2 * kDSteps; ++n) {
@@ -318,18 +275,18 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
           const uint32_t vb = v_addr + stage_off;
 #pragma unroll
           for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
-            const uint32_t a[4] = {pack2<kBf16>(s[2 * kk][0], s[2 * kk][1]),
-                                   pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]),
-                                   pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            const uint32_t a[4] = {ptx::cvt_rn_pack<kBf16>(s[2 * kk][0], s[2 * kk][1]),
+                                   ptx::cvt_rn_pack<kBf16>(s[2 * kk][2], s[2 * kk][3]),
+                                   ptx::cvt_rn_pack<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   ptx::cvt_rn_pack<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
             for (int nb = 0; nb < kDSteps; ++nb) {
               uint32_t b[4];
               const int key = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
               const int chunk = 2 * nb + (lane >> 4);
-              ldmatrix_x4_trans(b, vb + 2u * uint32_t(swz<D>(key, chunk)));
-              mma_16816<kBf16>(o[2 * nb], a, b[0], b[1]);
-              mma_16816<kBf16>(o[2 * nb + 1], a, b[2], b[3]);
+              ptx::ldmatrix_x4_trans(b, vb + 2u * uint32_t(swz<D>(key, chunk)));
+              ptx::mma_m16n8k16<kBf16>(o[2 * nb], a, {b[0], b[1]});
+              ptx::mma_m16n8k16<kBf16>(o[2 * nb + 1], a, {b[2], b[3]});
             }
           }
         }
@@ -356,7 +313,7 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
       for (int r = 0; r < 2; ++r) {
         const int row = warp * 16 + g + 8 * r;
         *reinterpret_cast<uint32_t*>(s_q + swz<D>(row, n) + 2 * tq) =
-            pack2<kBf16>(o[n][2 * r] * norm[r], o[n][2 * r + 1] * norm[r]);
+            ptx::cvt_rn_pack<kBf16>(o[n][2 * r] * norm[r], o[n][2 * r + 1] * norm[r]);
       }
     __syncwarp();
     uint16_t* og = out + bh * seq_q * int64_t(D);
@@ -376,9 +333,6 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
       }
     }
   }
-#else
-  __trap();  // never launched: the launcher checks for compute capability 8.0
-#endif
 }
 
 // ===================================================================== SIMT path
@@ -432,10 +386,10 @@ __global__ void __launch_bounds__(kSimtThreads, 2)
   static_assert(DK % VW == 0 && BV % VW == 0, "vector loads");
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
 
-  __shared__ __align__(16) A s_q[BM * QS];  // Q chunk [BM][DK]
-  __shared__ __align__(16) A s_k[BN * QS];  // K chunk [BN][DK]
-  __shared__ __align__(16) A s_p[BM * PS];  // P [BM][BN]
-  __shared__ __align__(16) A s_v[BV * VS];  // V stage [BV][VC]
+  OXIJAX_SHARED(A, s_q, [BM * QS], 16);  // Q chunk [BM][DK]
+  OXIJAX_SHARED(A, s_k, [BN * QS], 16);  // K chunk [BN][DK]
+  OXIJAX_SHARED(A, s_p, [BM * PS], 16);  // P [BM][BN]
+  OXIJAX_SHARED(A, s_v, [BV * VS], 16);  // V stage [BV][VC]
 
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   const int D = p.dim, seq_q = p.seq_q, seq_kv = p.seq_kv;
@@ -659,12 +613,11 @@ cudaError_t launch_mma(cudaStream_t stream, AttnParams p, int64_t bh, const void
   if constexpr (smem > 48 * 1024) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (err != cudaSuccess) return err;
+    if (err != cudaSuccess) return runtime_error(err);
   }
-  kernel<<<grid_for(p.tasks), kMmaThreads, smem, stream>>>(
-      p, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k),
-      static_cast<const uint16_t*>(v), static_cast<uint16_t*>(out), lse);
-  return cudaGetLastError();
+  return launch(kernel, grid_for(p.tasks), kMmaThreads, smem, stream, p,
+                static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k),
+                static_cast<const uint16_t*>(v), static_cast<uint16_t*>(out), lse);
 }
 
 template <typename T>
@@ -675,8 +628,8 @@ cudaError_t launch_simt(cudaStream_t stream, AttnParams p, int64_t bh, const T* 
   p.q_blocks = int((p.seq_q + C::kBM - 1) / C::kBM);
   p.d_chunks = p.dim > 0 ? int((int64_t(p.dim) + kCols - 1) / kCols) : 1;
   p.tasks = bh * p.q_blocks * p.d_chunks;
-  attention_simt_kernel<T><<<grid_for(p.tasks), kSimtThreads, 0, stream>>>(p, q, k, v, out, lse);
-  return cudaGetLastError();
+  return launch(&attention_simt_kernel<T>, grid_for(p.tasks), kSimtThreads, 0, stream, p, q, k,
+                v, out, lse);
 }
 
 inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -712,7 +665,7 @@ cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T*
       cudaError_t err = cudaGetDevice(&device);
       if (err == cudaSuccess)
         err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      if (err != cudaSuccess) return err;
+      if (err != cudaSuccess) return runtime_error(err);
       if (major >= 8) {
         return p.dim == 64 ? launch_mma<kBf16, 64>(stream, p, bh, q, k, v, out, lse)
                            : launch_mma<kBf16, 128>(stream, p, bh, q, k, v, out, lse);

@@ -11,10 +11,13 @@
 //  - filter: dw (K x C*R*S) = dy (K x N*P*Q) @ x-gather (N*P*Q x C*R*S). Its reduction
 //            is long and the output small, so it is split over blocks (blockIdx.z) into
 //            Acc<T> partial sums in the workspace, added in a second kernel.
-// Launchers only enqueue and return cudaGetLastError().
+// Launchers only enqueue; they return the first failing launch's status, else
+// cudaSuccess. A grid dimension that would pass its limit (2^31 - 1 for x, 65535 for y
+// and z) is split over several launches, as the forward does.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "convert.h"
@@ -83,18 +86,24 @@ struct FilterProblem {
   }
 };
 
-// grid: (n tiles, m tiles, groups * splits). Split z of a group reduces depth slice
-// [z * chunk, (z + 1) * chunk). With one split the result is stored in out; otherwise
-// partial sums go to partial[split][out_index].
+// The first block of a launch in each dimension of the whole grid.
+struct GridOrigin {
+  int64_t x, y, z;
+};
+
+// Whole grid: (n tiles, m tiles, groups * splits), from `origin` on in this launch. Split
+// z of a group reduces depth slice [z * chunk, (z + 1) * chunk). With one split the
+// result is stored in out; otherwise partial sums go to partial[split][out_index].
 template <typename T, typename Problem>
 __global__ void __launch_bounds__(kThreads)
     igemm_kernel(Problem pr, int64_t splits, int64_t chunk, T* out, Acc<T>* partial,
-                 int64_t out_size) {
+                 int64_t out_size, GridOrigin origin) {
   using A = Acc<T>;
-  __shared__ A as[kBK][kBM];
-  __shared__ A bs[kBK][kBN];
-  const int64_t g = blockIdx.z / splits, split = blockIdx.z % splits;
-  const int64_t m0 = int64_t{blockIdx.y} * kBM, n0 = int64_t{blockIdx.x} * kBN;
+  OXIJAX_SHARED(A, as, [kBK][kBM], alignof(A));
+  OXIJAX_SHARED(A, bs, [kBK][kBN], alignof(A));
+  const int64_t z = origin.z + blockIdx.z;
+  const int64_t g = z / splits, split = z % splits;
+  const int64_t m0 = (origin.y + blockIdx.y) * kBM, n0 = (origin.x + blockIdx.x) * kBN;
   const int64_t m = pr.m(), n = pr.n(), depth = pr.depth();
   const int64_t k_begin = split * chunk, k_end = std::min(depth, k_begin + chunk);
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -177,8 +186,26 @@ __global__ void flip_filter_kernel(const T* __restrict__ w, ConvShape s, T* __re
   }
 }
 
-bool grid_fits(int64_t x, int64_t y, int64_t z) {
-  return x > 0 && y > 0 && z > 0 && x < (int64_t{1} << 31) && y < 65536 && z < 65536;
+// igemm_kernel over (n_tiles, m_tiles, zs) blocks, in as many launches as the grid
+// limits need (y and z: 65535, x: 2^31 - 1).
+template <typename T, typename Problem>
+cudaError_t launch_igemm(cudaStream_t stream, const Problem& pr, int64_t n_tiles,
+                         int64_t m_tiles, int64_t zs, int64_t splits, int64_t chunk, T* out,
+                         Acc<T>* partial, int64_t out_size) {
+  constexpr int64_t kMaxX = INT_MAX, kMaxYZ = 65535;
+  for (int64_t z0 = 0; z0 < zs; z0 += kMaxYZ)
+    for (int64_t y0 = 0; y0 < m_tiles; y0 += kMaxYZ)
+      for (int64_t x0 = 0; x0 < n_tiles; x0 += kMaxX) {
+        const dim3 grid(unsigned(std::min(kMaxX, n_tiles - x0)),
+                        unsigned(std::min(kMaxYZ, m_tiles - y0)),
+                        unsigned(std::min(kMaxYZ, zs - z0)));
+        if (const cudaError_t status =
+                launch(&igemm_kernel<T, Problem>, grid, kThreads, 0, stream, pr, splits, chunk,
+                       out, partial, out_size, GridOrigin{x0, y0, z0});
+            status != cudaSuccess)
+          return status;
+      }
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -198,21 +225,19 @@ cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& s, const 
     T* flipped = static_cast<T*>(workspace);
     const int64_t total = s.groups * s.c * s.k * s.r * s.s;
     const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(total, 256), 4 * sm_count()));
-    flip_filter_kernel<T><<<blocks, 256, 0, stream>>>(w, s, flipped);
-    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    if (const cudaError_t status = launch(&flip_filter_kernel<T>, blocks, 256, 0, stream, w, s,
+                                          flipped);
+        status != cudaSuccess)
+      return status;
     ConvShape f = s;
     f.c = s.k, f.h = s.p, f.w = s.q, f.k = s.c, f.p = s.h, f.q = s.w;
     f.pad_h = s.r - 1 - s.pad_h, f.pad_w = s.s - 1 - s.pad_w;
     return conv2d<T>(stream, f, dy, flipped, dx);
   }
   const int64_t depth = s.k * s.r * s.s;
-  const int64_t gx = ceil_div(s.c, kBN), gy = ceil_div(m, kBM);
-  if (!grid_fits(gx, gy, s.groups)) return cudaErrorInvalidConfiguration;
   // Depth 0 (no filters) still runs: every tile stores its zeros.
-  const dim3 grid(unsigned(gx), unsigned(gy), unsigned(s.groups));
-  igemm_kernel<T, DataProblem<T>><<<grid, kThreads, 0, stream>>>(
-      DataProblem<T>{dy, w, s}, 1, std::max<int64_t>(depth, 1), dx, nullptr, 0);
-  return cudaGetLastError();
+  return launch_igemm<T>(stream, DataProblem<T>{dy, w, s}, ceil_div(s.c, kBN), ceil_div(m, kBM),
+                         s.groups, 1, std::max<int64_t>(depth, 1), dx, nullptr, 0);
 }
 
 size_t conv2d_backward_filter_workspace_bytes(const ConvShape& s, size_t element_bytes) {
@@ -230,18 +255,15 @@ cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& s, cons
   const int64_t splits = filter_splits(s), depth = s.n * s.p * s.q;
   if (splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
   const int64_t chunk = ceil_div(ceil_div(std::max<int64_t>(depth, 1), splits), kBK) * kBK;
-  const int64_t gx = ceil_div(cols, kBN), gy = ceil_div(s.k, kBM);
-  if (!grid_fits(gx, gy, s.groups * splits)) return cudaErrorInvalidConfiguration;
-  const dim3 grid(unsigned(gx), unsigned(gy), unsigned(s.groups * splits));
   auto* partial = static_cast<Acc<T>*>(workspace);
-  igemm_kernel<T, FilterProblem<T>><<<grid, kThreads, 0, stream>>>(
-      FilterProblem<T>{x, dy, s}, splits, chunk, dw, partial, out_size);
-  if (splits > 1) {
-    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
-    const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(out_size, 256), 4 * sm_count()));
-    sum_splits_kernel<T><<<blocks, 256, 0, stream>>>(partial, splits, out_size, dw);
-  }
-  return cudaGetLastError();
+  if (const cudaError_t status =
+          launch_igemm<T>(stream, FilterProblem<T>{x, dy, s}, ceil_div(cols, kBN),
+                          ceil_div(s.k, kBM), s.groups * splits, splits, chunk, dw, partial,
+                          out_size);
+      status != cudaSuccess || splits <= 1)
+    return status;
+  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(out_size, 256), 4 * sm_count()));
+  return launch(&sum_splits_kernel<T>, blocks, 256, 0, stream, partial, splits, out_size, dw);
 }
 
 #define OXIJAX_INSTANTIATE(T)                                                                   \

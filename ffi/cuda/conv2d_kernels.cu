@@ -20,8 +20,8 @@
 //   image is all padding and is never gathered. All offsets are 64-bit.
 // * C*R*S == 0 gives zeros (no tiles, the epilogue stores the zero accumulators).
 //   Launchers only enqueue: cudaSuccess without a launch for an empty output, else
-//   cudaGetLastError() after each launch (more than one only where a grid dimension
-//   would pass its limit).
+//   the status of each launch, checked right after it (more than one launch only where
+//   a grid dimension would pass its limit).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -32,11 +32,8 @@
 #include <type_traits>
 
 #include "kernels.h"
-
-// The block bodies' execution space; a host simulation of the kernels may widen it.
-#ifndef OXIJAX_CONV_FN
-#define OXIJAX_CONV_FN __device__ __forceinline__
-#endif
+#include "launch.h"
+#include "ptx.h"
 
 namespace oxijax::cuda {
 namespace {
@@ -74,7 +71,7 @@ struct Column {
   bool gather;      // valid, and the origin is within kNear of the image
 };
 
-OXIJAX_CONV_FN Column decode_column(const ConvParams& p, int64_t g, int64_t j) {
+__device__ __forceinline__ Column decode_column(const ConvParams& p, int64_t g, int64_t j) {
   Column col;
   col.valid = j < p.cols;
   const int64_t n = col.valid ? j / p.pq : 0;
@@ -93,14 +90,14 @@ OXIJAX_CONV_FN Column decode_column(const ConvParams& p, int64_t g, int64_t j) {
 
 // |h0| <= 2^29 and 0 <= r < 2^29 or r == 2^30: h0 + r never overflows, and a
 // kNoTap row lands at h >= 2^29 >= H.
-OXIJAX_CONV_FN bool inside(const ConvParams& p, const Column& col, const Tap& t) {
+__device__ __forceinline__ bool inside(const ConvParams& p, const Column& col, const Tap& t) {
   const int hh = col.h0 + t.r, ww = col.w0 + t.s;
   return col.gather && static_cast<unsigned>(hh) < static_cast<unsigned>(p.h) &&
          static_cast<unsigned>(ww) < static_cast<unsigned>(p.w);
 }
 
 // One 16-byte shared load (the compiler splits a plain struct copy in two).
-OXIJAX_CONV_FN Tap load_tap(const Tap* t) {
+__device__ __forceinline__ Tap load_tap(const Tap* t) {
   const int4 v = *reinterpret_cast<const int4*>(t);
   Tap out;
   out.r = v.x, out.s = v.y;
@@ -115,14 +112,14 @@ struct TapWalker {
   int64_t kk = 0, c = 0;
   int r = 0, s = 0;
 
-  OXIJAX_CONV_FN void start(const ConvParams& p, int row) {  // needs kdim > 0
+  __device__ __forceinline__ void start(const ConvParams& p, int row) {  // needs kdim > 0
     kk = row;
     c = kk / p.rs;
     const int64_t rem = kk - c * p.rs;
     r = static_cast<int>(rem / p.s);
     s = static_cast<int>(rem - int64_t{r} * p.s);
   }
-  OXIJAX_CONV_FN Tap tap(const ConvParams& p) const {
+  __device__ __forceinline__ Tap tap(const ConvParams& p) const {
     Tap t;
     if (kk < p.kdim) {
       t.r = r, t.s = s, t.delta = c * p.hw + int64_t{r} * p.w + s;
@@ -132,7 +129,7 @@ struct TapWalker {
     return t;
   }
   template <int BK>
-  OXIJAX_CONV_FN void next(const ConvParams& p) {
+  __device__ __forceinline__ void next(const ConvParams& p) {
     kk += BK;
     s += p.step_s;  // s + step_s <= 2S - 2
     if (s >= p.s) s -= p.s, ++r;
@@ -160,7 +157,8 @@ struct TileLoader {
   Column col;
   E a[kAIters], b[kBIters];
 
-  OXIJAX_CONV_FN TileLoader(const ConvParams& p, int tid, int64_t g, int64_t m0, int64_t col0) {
+  __device__ __forceinline__ TileLoader(const ConvParams& p, int tid, int64_t g, int64_t m0,
+                                        int64_t col0) {
     a_k = tid % BK, a_m = tid / BK;
     b_j = tid % BN, b_k = tid / BN;
     const int64_t row = m0 + a_m;
@@ -173,8 +171,8 @@ struct TileLoader {
   }
 
   // Tile kt; taps: its BK rows.
-  OXIJAX_CONV_FN void load(const ConvParams& p, const E* __restrict__ x, const E* __restrict__ w,
-                           int64_t kt, const Tap* taps) {
+  __device__ __forceinline__ void load(const ConvParams& p, const E* __restrict__ x,
+                                       const E* __restrict__ w, int64_t kt, const Tap* taps) {
     const int64_t k0 = kt * BK;
     const bool k_ok = k0 + a_k < p.kdim;
     int64_t ai = a_off + k0;
@@ -212,53 +210,21 @@ struct TcShared {
   Tap taps[2][TcConfig::kBK];
 };
 
+// Round to nearest even (NaN stays NaN, its payload may differ from numeric.h's).
 template <bool kBf16>
-struct DeviceTcOps {
-  __device__ __forceinline__ void sync() const { __syncthreads(); }
-
-  __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint16_t* p) const {
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
+__device__ __forceinline__ uint16_t round_b16(float v) {
+  if constexpr (kBf16) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  } else {
+    return __half_as_ushort(__float2half_rn(v));
   }
-  __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const uint16_t* p) const {
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-  }
-  // d += a (16 x 16, row) * b (16 x 8, col), float32 accumulators.
-  __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4],
-                                      const uint32_t (&b)[2]) const {
-    if constexpr (kBf16) {
-      asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    } else {
-      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-  }
-  // Round to nearest even (NaN stays NaN, its payload may differ from numeric.h's).
-  __device__ __forceinline__ uint16_t round(float v) const {
-    if constexpr (kBf16) {
-      return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    } else {
-      return __half_as_ushort(__float2half_rn(v));
-    }
-  }
-};
+}
 
 // One BK-deep step over a stage: warp (wm, wn) updates its 64 x 32 accumulators.
-template <class Ops>
-OXIJAX_CONV_FN void tc_compute(const Ops& ops, const uint16_t* as, const uint16_t* bs, int lane,
-                               int wm, int wn, float (&acc)[TcConfig::kFragM][TcConfig::kFragN][4]) {
+template <bool kBf16>
+__device__ __forceinline__ void tc_compute(
+    const uint16_t* as, const uint16_t* bs, int lane, int wm, int wn,
+    float (&acc)[TcConfig::kFragM][TcConfig::kFragN][4]) {
   using C = TcConfig;
 #pragma unroll
   for (int ks = 0; ks < C::kBK; ks += 16) {
@@ -267,9 +233,10 @@ OXIJAX_CONV_FN void tc_compute(const Ops& ops, const uint16_t* as, const uint16_
     // the same rows at ks + 8; registers 0..3 = (rows 0-7, k 0-7), (8-15, 0-7),
     // (0-7, 8-15), (8-15, 8-15): the m16n8k16 A fragment.
 #pragma unroll
-    for (int mi = 0; mi < C::kFragM; ++mi)
-      ops.ldsm_x4(af[mi], as + (wm * C::kWarpM + mi * 16 + (lane & 15)) * C::kALd + ks +
-                              (lane >> 4) * 8);
+    for (int mi = 0; mi < C::kFragM; ++mi) {
+      const uint16_t* row = as + (wm * C::kWarpM + mi * 16 + (lane & 15)) * C::kALd + ks;
+      ptx::ldmatrix_x4(af[mi], ptx::shared_address(row + (lane >> 4) * 8));
+    }
     // B 16 x 16 (k x pixels) at (ks, col0), stored k-major, transposed on load: lanes
     // 0-7 address k rows 0-7 at col0, 8-15 rows 8-15 at col0, 16-23 rows 0-7 at col0 + 8,
     // 24-31 rows 8-15 at col0 + 8; registers 0, 1 = fragment of pixels col0..+7,
@@ -277,24 +244,27 @@ OXIJAX_CONV_FN void tc_compute(const Ops& ops, const uint16_t* as, const uint16_
 #pragma unroll
     for (int nj = 0; nj < C::kFragN / 2; ++nj) {
       uint32_t r[4];
-      ops.ldsm_x4_trans(r, bs + (ks + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kBLd +
-                               wn * C::kWarpN + nj * 16 + (lane >> 4) * 8);
+      const uint16_t* row = bs + (ks + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kBLd;
+      ptx::ldmatrix_x4_trans(
+          r, ptx::shared_address(row + wn * C::kWarpN + nj * 16 + (lane >> 4) * 8));
       bf[2 * nj][0] = r[0], bf[2 * nj][1] = r[1];
       bf[2 * nj + 1][0] = r[2], bf[2 * nj + 1][1] = r[3];
     }
 #pragma unroll
     for (int mi = 0; mi < C::kFragM; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < C::kFragN; ++ni) ops.mma(acc[mi][ni], af[mi], bf[ni]);
+      for (int ni = 0; ni < C::kFragN; ++ni)
+        ptx::mma_m16n8k16<kBf16>(acc[mi][ni], af[mi], bf[ni]);
   }
 }
 
 // One block: filters m0.. m0+127 by pixels col0 .. col0+127 of group g.
-template <class Ops>
-OXIJAX_CONV_FN void conv_tc_block(const Ops& ops, TcShared& sm, const ConvParams& p,
-                                  const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
-                                  uint16_t* __restrict__ out, int tid, int64_t g, int64_t m0,
-                                  int64_t col0) {
+template <bool kBf16>
+__device__ __forceinline__ void conv_tc_block(TcShared& sm, const ConvParams& p,
+                                              const uint16_t* __restrict__ x,
+                                              const uint16_t* __restrict__ w,
+                                              uint16_t* __restrict__ out, int tid, int64_t g,
+                                              int64_t m0, int64_t col0) {
   using C = TcConfig;
   using Loader = TileLoader<uint16_t, C::kBM, C::kBN, C::kBK, C::kThreads>;
   const int lane = tid & 31, warp = tid >> 5;
@@ -334,10 +304,10 @@ OXIJAX_CONV_FN void conv_tc_block(const Ops& ops, TcShared& sm, const ConvParams
       sm.taps[1][tid] = walker.tap(p);
       walker.next<C::kBK>(p);
     }
-    ops.sync();
+    __syncthreads();
     ld.load(p, x, w, 0, sm.taps[0]);
     store(0);
-    ops.sync();
+    __syncthreads();
     for (int64_t kt = 0; kt < tiles; ++kt) {
       const int buf = static_cast<int>(kt & 1);
       const bool more = kt + 1 < tiles;
@@ -346,9 +316,9 @@ OXIJAX_CONV_FN void conv_tc_block(const Ops& ops, TcShared& sm, const ConvParams
         sm.taps[buf][tid] = walker.tap(p);
         walker.next<C::kBK>(p);
       }
-      tc_compute(ops, stage_a(buf), stage_b(buf), lane, wm, wn, acc);
+      tc_compute<kBf16>(stage_a(buf), stage_b(buf), lane, wm, wn, acc);
       if (more) store(buf ^ 1);  // that stage was last read before the previous barrier
-      ops.sync();
+      __syncthreads();
     }
   }
 
@@ -362,12 +332,12 @@ OXIJAX_CONV_FN void conv_tc_block(const Ops& ops, TcShared& sm, const ConvParams
     for (int ni = 0; ni < C::kFragN; ++ni) {
       const int row = wm * C::kWarpM + mi * 16 + (lane >> 2);
       const int cc = wn * C::kWarpN + ni * 8 + (lane & 3) * 2;
-      cs[row * C::kCLd + cc] = ops.round(acc[mi][ni][0]);
-      cs[row * C::kCLd + cc + 1] = ops.round(acc[mi][ni][1]);
-      cs[(row + 8) * C::kCLd + cc] = ops.round(acc[mi][ni][2]);
-      cs[(row + 8) * C::kCLd + cc + 1] = ops.round(acc[mi][ni][3]);
+      cs[row * C::kCLd + cc] = round_b16<kBf16>(acc[mi][ni][0]);
+      cs[row * C::kCLd + cc + 1] = round_b16<kBf16>(acc[mi][ni][1]);
+      cs[(row + 8) * C::kCLd + cc] = round_b16<kBf16>(acc[mi][ni][2]);
+      cs[(row + 8) * C::kCLd + cc + 1] = round_b16<kBf16>(acc[mi][ni][3]);
     }
-  ops.sync();
+  __syncthreads();
   if (ld.col.valid) {
     int64_t o = ld.col.out_off + (m0 + ld.b_k) * p.pq;
     const int64_t o_step = int64_t{Loader::kBStep} * p.pq;
@@ -384,10 +354,10 @@ __global__ void __launch_bounds__(TcConfig::kThreads)
     conv2d_tc_kernel(const ConvParams p, const uint16_t* __restrict__ x,
                      const uint16_t* __restrict__ w, uint16_t* __restrict__ out,
                      int64_t col_tile0, int64_t m_tile0, int64_t g0) {
-  __shared__ TcShared sm;
-  conv_tc_block(DeviceTcOps<kBf16>{}, sm, p, x, w, out, static_cast<int>(threadIdx.x),
-                g0 + blockIdx.z, (m_tile0 + blockIdx.y) * TcConfig::kBM,
-                (col_tile0 + blockIdx.x) * TcConfig::kBN);
+  OXIJAX_SHARED(TcShared, sm, , alignof(TcShared));
+  conv_tc_block<kBf16>(sm, p, x, w, out, static_cast<int>(threadIdx.x), g0 + blockIdx.z,
+                       (m_tile0 + blockIdx.y) * TcConfig::kBM,
+                       (col_tile0 + blockIdx.x) * TcConfig::kBN);
 }
 
 // ------------------------------------------------------------------ float32 / float64
@@ -416,27 +386,23 @@ struct SimtShared {
   Tap taps[2][Cfg::kBK];
 };
 
-struct DeviceSimtOps {
-  __device__ __forceinline__ void sync() const { __syncthreads(); }
-};
-
-OXIJAX_CONV_FN void load16(const float* src, float* dst) {
+__device__ __forceinline__ void load16(const float* src, float* dst) {
   const float4 v = *reinterpret_cast<const float4*>(src);
   dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
 }
-OXIJAX_CONV_FN void load16(const double* src, double* dst) {
+__device__ __forceinline__ void load16(const double* src, double* dst) {
   const double2 v = *reinterpret_cast<const double2*>(src);
   dst[0] = v.x, dst[1] = v.y;
 }
-OXIJAX_CONV_FN float fmadd(float a, float b, float c) { return fmaf(a, b, c); }
-OXIJAX_CONV_FN double fmadd(double a, double b, double c) { return fma(a, b, c); }
+__device__ __forceinline__ float fmadd(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double fmadd(double a, double b, double c) { return fma(a, b, c); }
 
-template <class Cfg, class Ops>
-OXIJAX_CONV_FN void conv_simt_block(const Ops& ops, SimtShared<Cfg>& sm, const ConvParams& p,
-                                    const typename Cfg::T* __restrict__ x,
-                                    const typename Cfg::T* __restrict__ w,
-                                    typename Cfg::T* __restrict__ out, int tid, int64_t g,
-                                    int64_t m0, int64_t col0) {
+template <class Cfg>
+__device__ __forceinline__ void conv_simt_block(SimtShared<Cfg>& sm, const ConvParams& p,
+                                                const typename Cfg::T* __restrict__ x,
+                                                const typename Cfg::T* __restrict__ w,
+                                                typename Cfg::T* __restrict__ out, int tid,
+                                                int64_t g, int64_t m0, int64_t col0) {
   using T = typename Cfg::T;
   constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, TM = Cfg::kTM, TN = Cfg::kTN;
   constexpr int V = Cfg::kVec;
@@ -481,10 +447,10 @@ OXIJAX_CONV_FN void conv_simt_block(const Ops& ops, SimtShared<Cfg>& sm, const C
       sm.taps[1][tid] = walker.tap(p);
       walker.next<BK>(p);
     }
-    ops.sync();
+    __syncthreads();
     ld.load(p, x, w, 0, sm.taps[0]);
     store(0);
-    ops.sync();
+    __syncthreads();
     for (int64_t kt = 0; kt < tiles; ++kt) {
       const int buf = static_cast<int>(kt & 1);
       const bool more = kt + 1 < tiles;
@@ -495,7 +461,7 @@ OXIJAX_CONV_FN void conv_simt_block(const Ops& ops, SimtShared<Cfg>& sm, const C
       }
       compute(buf);
       if (more) store(buf ^ 1);
-      ops.sync();
+      __syncthreads();
     }
   }
 
@@ -531,10 +497,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     conv2d_simt_kernel(const ConvParams p, const typename Cfg::T* __restrict__ x,
                        const typename Cfg::T* __restrict__ w, typename Cfg::T* __restrict__ out,
                        int64_t col_tile0, int64_t m_tile0, int64_t g0) {
-  __shared__ SimtShared<Cfg> sm;
-  conv_simt_block<Cfg>(DeviceSimtOps{}, sm, p, x, w, out, static_cast<int>(threadIdx.x),
-                       g0 + blockIdx.z, (m_tile0 + blockIdx.y) * Cfg::kBM,
-                       (col_tile0 + blockIdx.x) * Cfg::kBN);
+  OXIJAX_SHARED(SimtShared<Cfg>, sm, , alignof(SimtShared<Cfg>));
+  conv_simt_block<Cfg>(sm, p, x, w, out, static_cast<int>(threadIdx.x), g0 + blockIdx.z,
+                       (m_tile0 + blockIdx.y) * Cfg::kBM, (col_tile0 + blockIdx.x) * Cfg::kBN);
 }
 
 // ------------------------------------------------------------------ host side
@@ -571,8 +536,10 @@ cudaError_t launch_tiles(cudaStream_t stream, Kernel kernel, int threads, int bm
         const dim3 grid(static_cast<unsigned>(std::min(kMaxX, col_tiles - c0)),
                         static_cast<unsigned>(std::min(kMaxYZ, m_tiles - m0)),
                         static_cast<unsigned>(std::min(kMaxYZ, groups - g0)));
-        kernel<<<grid, threads, 0, stream>>>(p, x, w, out, c0, m0, g0);
-        if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+        if (const cudaError_t err = launch(kernel, grid, threads, 0, stream, p, x, w, out, c0,
+                                           m0, g0);
+            err != cudaSuccess)
+          return err;
       }
   return cudaSuccess;
 }

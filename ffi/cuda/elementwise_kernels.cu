@@ -25,7 +25,7 @@
 //   launch over the innermost kMaxDims dims per index of the outer ones.
 //
 // Launchers only enqueue; they return cudaSuccess without launching for empty arrays,
-// else cudaGetLastError() after the launch.
+// else the status of the launch (the first failing one where there are several).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -108,13 +108,13 @@ cudaError_t unary_op(cudaStream_t stream, const T* x, T* y, int64_t n) {
   const bool vec = address(y) % sizeof(T) == 0 && address(x) % kVecBytes == mis;
   if (vec) {
     const int64_t head = std::min<int64_t>(n, (kVecBytes - mis) % kVecBytes / sizeof(T));
-    const unsigned grid = grid_for((n - head) / VM, resident_blocks<unary_kernel<T, F, VM>, kThreads>());
-    unary_kernel<T, F, VM><<<grid, kThreads, 0, stream>>>(x, y, n, head);
-  } else {
-    const unsigned grid = grid_for(n, resident_blocks<unary_kernel<T, F, 1>, kThreads>());
-    unary_kernel<T, F, 1><<<grid, kThreads, 0, stream>>>(x, y, n, 0);
+    constexpr auto kernel = unary_kernel<T, F, VM>;
+    const unsigned grid = grid_for((n - head) / VM, resident_blocks<kernel, kThreads>());
+    return launch(kernel, grid, kThreads, 0, stream, x, y, n, head);
   }
-  return cudaGetLastError();
+  constexpr auto kernel = unary_kernel<T, F, 1>;
+  const unsigned grid = grid_for(n, resident_blocks<kernel, kThreads>());
+  return launch(kernel, grid, kThreads, 0, stream, x, y, n, int64_t{0});
 }
 
 // ------------------------------------------------------------ binary, one dim
@@ -170,20 +170,20 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, typename F, bool AS, bool BS>
-void launch_flat(cudaStream_t stream, const T* a, const T* b, T* out, int64_t n) {
+cudaError_t launch_flat(cudaStream_t stream, const T* a, const T* b, T* out, int64_t n) {
   constexpr int VM = kMaxVec<T>;
   const uintptr_t mis = address(out) % kVecBytes;
   const bool vec = address(out) % sizeof(T) == 0 && (AS || address(a) % kVecBytes == mis) &&
                    (BS || address(b) % kVecBytes == mis);
   if (vec) {
     const int64_t head = std::min<int64_t>(n, (kVecBytes - mis) % kVecBytes / sizeof(T));
-    const unsigned grid =
-        grid_for((n - head) / VM, resident_blocks<binary_flat_kernel<T, F, VM, AS, BS>, kThreads>());
-    binary_flat_kernel<T, F, VM, AS, BS><<<grid, kThreads, 0, stream>>>(a, b, out, n, head);
-  } else {
-    const unsigned grid = grid_for(n, resident_blocks<binary_flat_kernel<T, F, 1, AS, BS>, kThreads>());
-    binary_flat_kernel<T, F, 1, AS, BS><<<grid, kThreads, 0, stream>>>(a, b, out, n, 0);
+    constexpr auto kernel = binary_flat_kernel<T, F, VM, AS, BS>;
+    const unsigned grid = grid_for((n - head) / VM, resident_blocks<kernel, kThreads>());
+    return launch(kernel, grid, kThreads, 0, stream, a, b, out, n, head);
   }
+  constexpr auto kernel = binary_flat_kernel<T, F, 1, AS, BS>;
+  const unsigned grid = grid_for(n, resident_blocks<kernel, kThreads>());
+  return launch(kernel, grid, kThreads, 0, stream, a, b, out, n, int64_t{0});
 }
 
 // ------------------------------------------------------------ binary, general
@@ -356,27 +356,33 @@ bool vector_fits(const SimplifiedBroadcast& s, int v, const T* a, const T* b, co
 }
 
 template <typename T, typename F, int V, typename I>
-void launch_general_v(cudaStream_t stream, const SimplifiedBroadcast& s, const T* a, const T* b, T* out) {
+cudaError_t launch_general_v(cudaStream_t stream, const SimplifiedBroadcast& s, const T* a,
+                             const T* b, T* out) {
   const General<I> g = make_general<I>(s, V);
   const int64_t items = static_cast<int64_t>(g.items);
   const size_t rank = s.dims.size();
   if constexpr (V == 1) {
     constexpr auto kernel = binary_general_kernel<T, F, 1, I, false, false>;
-    kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
+    return launch(kernel, grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0,
+                  stream, g, a, b, out);
   } else {
     const bool av = s.sa[rank - 1] == 1, bv = s.sb[rank - 1] == 1;
     if (av && bv) {
       constexpr auto kernel = binary_general_kernel<T, F, V, I, true, true>;
-      kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
+      return launch(kernel, grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0,
+                    stream, g, a, b, out);
     } else if (av) {
       constexpr auto kernel = binary_general_kernel<T, F, V, I, true, false>;
-      kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
+      return launch(kernel, grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0,
+                    stream, g, a, b, out);
     } else if (bv) {
       constexpr auto kernel = binary_general_kernel<T, F, V, I, false, true>;
-      kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
+      return launch(kernel, grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0,
+                    stream, g, a, b, out);
     } else {
       constexpr auto kernel = binary_general_kernel<T, F, V, I, false, false>;
-      kernel<<<grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0, stream>>>(g, a, b, out);
+      return launch(kernel, grid_for(items, resident_blocks<kernel, kThreads>()), kThreads, 0,
+                    stream, g, a, b, out);
     }
   }
 }
@@ -392,7 +398,8 @@ int64_t max_offset(const SimplifiedBroadcast& s, const std::vector<int64_t>& str
 }
 
 template <typename T, typename F>
-void launch_general(cudaStream_t stream, const SimplifiedBroadcast& s, const T* a, const T* b, T* out) {
+cudaError_t launch_general(cudaStream_t stream, const SimplifiedBroadcast& s, const T* a,
+                           const T* b, T* out) {
   constexpr int VM = kMaxVec<T>;
   constexpr int64_t kLimit32 = int64_t{1} << 31;
   const int64_t ma = max_offset(s, s.sa), mb = max_offset(s, s.sb);
@@ -431,8 +438,10 @@ cudaError_t launch_outer_loop(cudaStream_t stream, const SimplifiedBroadcast& s,
       oa += i * s.sa[d];
       ob += i * s.sb[d];
     }
-    launch_general<T, F>(stream, inner, a + oa, b + ob, out + o * inner.total);
-    if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    if (const cudaError_t status =
+            launch_general<T, F>(stream, inner, a + oa, b + ob, out + o * inner.total);
+        status != cudaSuccess)
+      return status;
   }
   return cudaSuccess;
 }
@@ -444,32 +453,21 @@ cudaError_t binary_with(cudaStream_t stream, const BroadcastShape& shape, const 
   const SimplifiedBroadcast s = simplify(shape);
   if (s.total <= 0) return cudaSuccess;
   const size_t rank = s.dims.size();
-  if (rank == 0) {  // every dim is 1: one element
-    launch_flat<T, F, true, true>(stream, a, b, out, 1);
-    return cudaGetLastError();
-  }
+  if (rank == 0)  // every dim is 1: one element
+    return launch_flat<T, F, true, true>(stream, a, b, out, 1);
   if (rank == 1) {
     const int64_t sa = s.sa[0], sb = s.sb[0];
-    if (sa == 1 && sb == 1) {
-      launch_flat<T, F, false, false>(stream, a, b, out, s.total);
-      return cudaGetLastError();
-    }
-    if (sa == 0 && sb == 1) {
-      launch_flat<T, F, true, false>(stream, a, b, out, s.total);
-      return cudaGetLastError();
-    }
-    if (sa == 1 && sb == 0) {
-      launch_flat<T, F, false, true>(stream, a, b, out, s.total);
-      return cudaGetLastError();
-    }
-    if (sa == 0 && sb == 0) {
-      launch_flat<T, F, true, true>(stream, a, b, out, s.total);
-      return cudaGetLastError();
-    }
+    if (sa == 1 && sb == 1)
+      return launch_flat<T, F, false, false>(stream, a, b, out, s.total);
+    if (sa == 0 && sb == 1)
+      return launch_flat<T, F, true, false>(stream, a, b, out, s.total);
+    if (sa == 1 && sb == 0)
+      return launch_flat<T, F, false, true>(stream, a, b, out, s.total);
+    if (sa == 0 && sb == 0)
+      return launch_flat<T, F, true, true>(stream, a, b, out, s.total);
   }
   if (rank > static_cast<size_t>(kMaxDims)) return launch_outer_loop<T, F>(stream, s, a, b, out);
-  launch_general<T, F>(stream, s, a, b, out);
-  return cudaGetLastError();
+  return launch_general<T, F>(stream, s, a, b, out);
 }
 
 }  // namespace

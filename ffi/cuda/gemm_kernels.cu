@@ -43,6 +43,8 @@
 #include <vector>
 
 #include "kernels.h"
+#include "launch.h"
+#include "ptx.h"
 
 namespace oxijax::cuda {
 namespace {
@@ -153,126 +155,7 @@ __device__ __forceinline__ void store_pair(const Params<T>& p, int64_t off, bool
   if (both) p.out[off + 1] = finish(p, v1, p.c, off + 1);
 }
 
-// ---------------------------------------------------------------------------------
-// PTX wrappers (sm_80+)
-// ---------------------------------------------------------------------------------
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define OXIJAX_SM80_OR_TRAP() __trap()
-#define OXIJAX_SM80 0
-#else
-#define OXIJAX_SM80_OR_TRAP() \
-  do {                        \
-  } while (0)
-#define OXIJAX_SM80 1
-#endif
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Copies src_bytes (0..kBytes) from global src to shared dst and zero-fills the rest
-// of the kBytes; with src_bytes == 0 nothing is read. src and dst are kBytes-aligned.
-template <int kBytes>
-__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, int src_bytes) {
-#if OXIJAX_SM80
-  const size_t g = __cvta_generic_to_global(src);
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(g),
-                 "r"(src_bytes)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(g),
-                 "n"(kBytes), "r"(src_bytes)
-                 : "memory");
-  }
-#else
-  OXIJAX_SM80_OR_TRAP();
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if OXIJAX_SM80
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-#if OXIJAX_SM80
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-#if OXIJAX_SM80
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-#else
-  OXIJAX_SM80_OR_TRAP();
-#endif
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-#if OXIJAX_SM80
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-#else
-  OXIJAX_SM80_OR_TRAP();
-#endif
-}
-
-__device__ __forceinline__ uint32_t to_tf32(uint32_t f32_bits) {
-  uint32_t r = 0;
-#if OXIJAX_SM80
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(f32_bits)));
-#else
-  OXIJAX_SM80_OR_TRAP();
-#endif
-  return r;
-}
-
 enum class Kind { kF16, kBF16, kTF32, kF64 };
-
-// d += a * b for one MMA tile; fragment layouts as in the PTX ISA (see mma_gemm_kernel).
-template <Kind K>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-#if OXIJAX_SM80
-  if constexpr (K == Kind::kF16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else if constexpr (K == Kind::kBF16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    static_assert(K == Kind::kTF32);
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-#else
-  OXIJAX_SM80_OR_TRAP();
-#endif
-}
-
-__device__ __forceinline__ void mma_f64(double (&d)[2], double a, double b) {
-#if OXIJAX_SM80
-  asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
-      : "+d"(d[0]), "+d"(d[1])
-      : "d"(a), "d"(b));
-#else
-  OXIJAX_SM80_OR_TRAP();
-#endif
-}
 
 // ---------------------------------------------------------------------------------
 // Tensor-core kernel configurations. Every configuration has BK * sizeof(T) == 64
@@ -346,14 +229,14 @@ __device__ __noinline__ void copy_chunk_narrow(uint32_t dst, const char* src, in
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int b = bytes - 8 * j >= 8 ? 8 : (bytes - 8 * j > 0 ? bytes - 8 * j : 0);
-      cp_async<8>(dst + 8 * j, b > 0 ? src + 8 * j : src, b);
+      ptx::cp_async<8>(dst + 8 * j, b > 0 ? src + 8 * j : src, b);
     }
   } else if constexpr (kE <= 4) {
     if (width == 4) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int b = bytes - 4 * j >= 4 ? 4 : (bytes - 4 * j > 0 ? bytes - 4 * j : 0);
-        cp_async<4>(dst + 4 * j, b > 0 ? src + 4 * j : src, b);
+        ptx::cp_async<4>(dst + 4 * j, b > 0 ? src + 4 * j : src, b);
       }
     } else if constexpr (kE == 2) {  // kCopySync: 2-byte aligned elements
       const int n = bytes / 2;
@@ -365,9 +248,7 @@ __device__ __noinline__ void copy_chunk_narrow(uint32_t dst, const char* src, in
         const uint32_t hi = 2 * j + 1 < n ? uint32_t(__ldg(e + 2 * j + 1)) : 0u;
         w[j] = lo | (hi << 16);
       }
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]),
-                   "r"(w[1]), "r"(w[2]), "r"(w[3])
-                   : "memory");
+      ptx::st_shared_v4(dst, w[0], w[1], w[2], w[3]);
     }
   }
 }
@@ -445,7 +326,7 @@ struct SliceLoader {
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int n = valid(i);
-        cp_async<16>(dst(slice, i), src(i, n, ld, any), n * kE);
+        ptx::cp_async<16>(dst(slice, i), src(i, n, ld, any), n * kE);
       }
     } else {
       load_narrow(slice, width, ld, any);
@@ -479,17 +360,8 @@ __device__ __forceinline__ V lds(const char* slice, int r, int e) {
 // ---------------------------------------------------------------------------------
 // The tensor-core kernel.
 //
-// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8 /
-// m8n8k4"); lane = 4 * g + t (g = groupID, t = thread in group):
-//  m16n8k16 (16-bit): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
-//    a3 = A[g+8][2t+8..]; b0 = B[2t..2t+1][g], b1 = B[2t+8..][g].
-//  m16n8k8 (tf32): a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4];
-//    b0 = B[t][g], b1 = B[t+4][g].
-//  m8n8k4 (f64): a0 = A[g][t]; b0 = B[t][g]; c0, c1 = C[g][2t], C[g][2t+1].
-//  m16n8 accumulators: c0, c1 = C[g][2t..2t+1], c2, c3 = C[g+8][2t..2t+1].
-// ldmatrix.x4: lanes 8j..8j+7 give the row addresses of matrix j, which lands in
-// register j; without .trans lane l gets row l/4, 16-bit columns 2(l%4), 2(l%4)+1 of
-// each matrix (32-bit column l%4), with .trans the transpose.
+// Fragment and ldmatrix layouts: ptx.h; lane = 4 * g + t (g = groupID, t = thread in
+// group). ldmatrix of 32-bit data gives lane l the 32-bit column l%4 of row l/4.
 // ---------------------------------------------------------------------------------
 
 template <class Cfg, bool kTransA, bool kTransB>
@@ -514,7 +386,7 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
   constexpr int A_CHUNKS = A_ROWS * A_RC, B_CHUNKS = B_ROWS * B_RC;
   constexpr int STAGE_CHUNKS = A_CHUNKS + B_CHUNKS;
 
-  __shared__ __align__(128) uint4 smem[STAGES * STAGE_CHUNKS];
+  OXIJAX_SHARED(uint4, smem, [STAGES * STAGE_CHUNKS], 128);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
@@ -529,7 +401,7 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
     n0 = tn * BN;
   };
   const int64_t ktiles = (p.k + BK - 1) / BK;
-  const uint32_t smem0 = smem_u32(smem);
+  const uint32_t smem0 = ptx::shared_address(smem);
   const char* const smem_ptr = reinterpret_cast<const char*>(smem);
 
   for (int64_t item = blockIdx.y; item < p.batch; item += gridDim.y) {
@@ -568,7 +440,7 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < ktiles) load_stage(s);
-      cp_async_commit();
+      ptx::cp_async_commit();
     }
 
     int read_stage = 0;  // the stage written in an iteration is the one read before it
@@ -578,10 +450,10 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
       // slice kt has landed (for this thread; the barrier makes it everyone's), and
       // every warp is done with the stage computed in iteration kt - 1, which is the
       // one loaded now.
-      cp_async_wait<STAGES - 2>();
+      ptx::cp_async_wait<STAGES - 2>();
       __syncthreads();
       if (left > STAGES - 1) load_stage(read_stage == 0 ? STAGES - 1 : read_stage - 1);
-      cp_async_commit();
+      ptx::cp_async_commit();
 
       const uint32_t sa = smem0 + uint32_t(read_stage * STAGE_CHUNKS) * 16u;
       const uint32_t sb = sa + uint32_t(A_CHUNKS) * 16u;
@@ -611,7 +483,7 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
 #pragma unroll
           for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int j = 0; j < NT; ++j) mma_f64(acc[i][j], af[i], bf[j]);
+            for (int j = 0; j < NT; ++j) ptx::mma_m8n8k4_f64(acc[i][j], af[i], bf[j]);
         } else {
           uint32_t af[MT][4], bf[NT][2];
           // A fragments.
@@ -621,13 +493,14 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
             if constexpr (kAK) {
               // Matrices (rows mb..+7 | mb+8..+15) x (chunk 2ks | 2ks+1) -> a0..a3.
               const int r = mb + (lane & 15), ch = ks * 2 + (lane >> 4);
-              ldmatrix_x4(af[i], sa + uint32_t(chunk_index<A_RC, true, false>(r, ch)) * 16u);
+              ptx::ldmatrix_x4(af[i],
+                               sa + uint32_t(chunk_index<A_RC, true, false>(r, ch)) * 16u);
             } else if constexpr (kKind != Kind::kTF32) {
               // Stored a[k][m]: matrix j = (k rows 8*(j/2).., m chunk (j%2)), transposed.
               const int r = ks * 16 + ((lane >> 4) << 3) + (lane & 7);
               const int ch = mb / 8 + ((lane >> 3) & 1);
-              ldmatrix_x4_trans(af[i],
-                                sa + uint32_t(chunk_index<A_RC, false, false>(r, ch)) * 16u);
+              ptx::ldmatrix_x4_trans(af[i],
+                                     sa + uint32_t(chunk_index<A_RC, false, false>(r, ch)) * 16u);
             } else {
               const int kr = ks * 8 + t;
               af[i][0] = lds<uint32_t, A_RC, false>(pa, kr, mb + g);
@@ -647,14 +520,15 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
                 // (nb+8.., 2ks), (nb+8.., 2ks+1) = b0, b1 of tile 2j, b0, b1 of 2j+1.
                 const int r = nb + ((lane >> 4) << 3) + (lane & 7);
                 const int ch = ks * 2 + ((lane >> 3) & 1);
-                ldmatrix_x4(r4, sb + uint32_t(chunk_index<B_RC, true, false>(r, ch)) * 16u);
+                ptx::ldmatrix_x4(r4,
+                                 sb + uint32_t(chunk_index<B_RC, true, false>(r, ch)) * 16u);
               } else {
                 // Stored b[k][n]: matrices (k rows 0-7 | 8-15 of the step) x (n chunk
                 // nb/8 | nb/8+1), transposed: the same register order.
                 const int r = ks * 16 + (lane & 15);
                 const int ch = nb / 8 + (lane >> 4);
-                ldmatrix_x4_trans(r4,
-                                  sb + uint32_t(chunk_index<B_RC, false, false>(r, ch)) * 16u);
+                ptx::ldmatrix_x4_trans(r4,
+                                       sb + uint32_t(chunk_index<B_RC, false, false>(r, ch)) * 16u);
               }
               bf[2 * j][0] = r4[0];
               bf[2 * j][1] = r4[1];
@@ -673,23 +547,31 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
 #pragma unroll
             for (int i = 0; i < MT; ++i)
 #pragma unroll
-              for (int r = 0; r < 4; ++r) af[i][r] = to_tf32(af[i][r]);
+              for (int r = 0; r < 4; ++r)
+                af[i][r] = ptx::cvt_rna_tf32(__uint_as_float(af[i][r]));
 #pragma unroll
             for (int j = 0; j < NT; ++j)
 #pragma unroll
-              for (int r = 0; r < 2; ++r) bf[j][r] = to_tf32(bf[j][r]);
+              for (int r = 0; r < 2; ++r)
+                bf[j][r] = ptx::cvt_rna_tf32(__uint_as_float(bf[j][r]));
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+              for (int j = 0; j < NT; ++j) ptx::mma_m16n8k8_tf32(acc[i][j], af[i], bf[j]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+              for (int j = 0; j < NT; ++j)
+                ptx::mma_m16n8k16<kKind == Kind::kBF16>(acc[i][j], af[i], bf[j]);
           }
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mma<kKind>(acc[i][j], af[i], bf[j]);
         }
       }
       read_stage = read_stage + 1 == STAGES ? 0 : read_stage + 1;
     }
     // Drain (only empty groups can be pending) and let every warp finish reading
     // shared memory before the next batch item's prologue overwrites it.
-    cp_async_wait<0>();
+    ptx::cp_async_wait<0>();
     __syncthreads();
 
     // Epilogue straight from the accumulators: rows g (+8), columns 2t, 2t+1.
@@ -794,8 +676,8 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
   // Bank conflicts: the transposed stores S[c + j][r] of a warp hit banks
   // (4 * (c + j) + r) % 32, r in 16 consecutive rows, c in {0, 4}: distinct; the
   // float4 reads are broadcasts (A) or 16 consecutive float4 (B).
-  __shared__ __align__(16) float As[2][kSimtBK * kSimtLd];
-  __shared__ __align__(16) float Bs[2][kSimtBK * kSimtLd];
+  OXIJAX_SHARED(float, As, [2][kSimtBK * kSimtLd], 16);
+  OXIJAX_SHARED(float, Bs, [2][kSimtBK * kSimtLd], 16);
 
   const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
   // The block tile's origin, recomputed where needed (see mma_gemm_kernel).
@@ -977,27 +859,23 @@ cudaError_t launch_mma(cudaStream_t stream, const GemmShape& s, const Params<typ
                        dim3 grid) {
   constexpr int kThreads = Cfg::WARPS_M * Cfg::WARPS_N * 32;
   if (!s.trans_a && !s.trans_b)
-    mma_gemm_kernel<Cfg, false, false><<<grid, kThreads, 0, stream>>>(p);
-  else if (!s.trans_a && s.trans_b)
-    mma_gemm_kernel<Cfg, false, true><<<grid, kThreads, 0, stream>>>(p);
-  else if (s.trans_a && !s.trans_b)
-    mma_gemm_kernel<Cfg, true, false><<<grid, kThreads, 0, stream>>>(p);
-  else
-    mma_gemm_kernel<Cfg, true, true><<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+    return launch(&mma_gemm_kernel<Cfg, false, false>, grid, kThreads, 0, stream, p);
+  if (!s.trans_a && s.trans_b)
+    return launch(&mma_gemm_kernel<Cfg, false, true>, grid, kThreads, 0, stream, p);
+  if (s.trans_a && !s.trans_b)
+    return launch(&mma_gemm_kernel<Cfg, true, false>, grid, kThreads, 0, stream, p);
+  return launch(&mma_gemm_kernel<Cfg, true, true>, grid, kThreads, 0, stream, p);
 }
 
 cudaError_t launch_simt(cudaStream_t stream, const GemmShape& s, const Params<float>& p,
                         dim3 grid) {
   if (!s.trans_a && !s.trans_b)
-    sgemm_simt_kernel<false, false><<<grid, 256, 0, stream>>>(p);
-  else if (!s.trans_a && s.trans_b)
-    sgemm_simt_kernel<false, true><<<grid, 256, 0, stream>>>(p);
-  else if (s.trans_a && !s.trans_b)
-    sgemm_simt_kernel<true, false><<<grid, 256, 0, stream>>>(p);
-  else
-    sgemm_simt_kernel<true, true><<<grid, 256, 0, stream>>>(p);
-  return cudaGetLastError();
+    return launch(&sgemm_simt_kernel<false, false>, grid, 256, 0, stream, p);
+  if (!s.trans_a && s.trans_b)
+    return launch(&sgemm_simt_kernel<false, true>, grid, 256, 0, stream, p);
+  if (s.trans_a && !s.trans_b)
+    return launch(&sgemm_simt_kernel<true, false>, grid, 256, 0, stream, p);
+  return launch(&sgemm_simt_kernel<true, true>, grid, 256, 0, stream, p);
 }
 
 // Fills p for a block tile of bm x bn; false when the tile grid is too large.
@@ -1069,9 +947,8 @@ cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const 
   if (shape.k == 0) {
     const int64_t total = batch * shape.m * shape.n;
     const int64_t blocks = (total + 255) / 256;
-    scale_c_kernel<T><<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(
-        c, out, total, shape.m, shape.n, shape.out_ld(), shape.out_stride(), beta);
-    return cudaGetLastError();
+    return launch(&scale_c_kernel<T>, unsigned(blocks < 4096 ? blocks : 4096), 256, 0, stream,
+                  c, out, total, shape.m, shape.n, shape.out_ld(), shape.out_stride(), beta);
   }
 
   if (shape.a_batch_strides.size() != shape.batch_dims.size() ||
@@ -1130,5 +1007,3 @@ template cudaError_t gemm<double>(cudaStream_t, const GemmShape&, const double*,
 
 }  // namespace oxijax::cuda
 
-#undef OXIJAX_SM80_OR_TRAP
-#undef OXIJAX_SM80

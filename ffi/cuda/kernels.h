@@ -1,6 +1,7 @@
 // The CUDA kernels' launchers: one per op, called by the CUDA FFI handlers (and later
 // by the pointer backend). Each enqueues its kernels on `stream` and returns the
-// launch status (cudaGetLastError after the launches); none synchronises or allocates.
+// launch status (the first failing launch's, each checked right after it, else
+// cudaSuccess); none synchronises or allocates.
 // T is the storage type of numeric.h (half, bfloat16, float, double); launchers
 // reinterpret half/bfloat16 as __half/__nv_bfloat16 internally. Shapes arrive
 // validated by ffi/bindings/checks.h. Plain C++ header: the handlers compile with the

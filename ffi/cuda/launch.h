@@ -47,14 +47,36 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
 #endif
 }
 
+// The status of a failed runtime call other than a launch (a device attribute,
+// cudaFuncSetAttribute, ...), taken off the thread's last error, so that the next
+// launch's status (cudaGetLastError) reports that launch and not this stale error.
+// Launchers return it right away: no earlier error of theirs is pending then, as they
+// check every launch right after it.
+inline cudaError_t runtime_error(cudaError_t status) {
+  if (status != cudaSuccess) (void)cudaGetLastError();
+  return status;
+}
+
+// The geometry queries below fall back to a default when the runtime cannot answer and
+// take their own error off the thread's last error, unless an error was pending before
+// them: that one belongs to the caller (its next status check must still fail), so the
+// last error is then left as it is.
+namespace detail {
+inline bool error_pending() { return cudaPeekAtLastError() != cudaSuccess; }
+inline void clear_own_error(bool was_pending) {
+  if (!was_pending) (void)cudaGetLastError();
+}
+}  // namespace detail
+
 // Streaming multiprocessors of the current device, asked once per device (a fallback
 // of 132, an H100/H200, if the runtime cannot say).
 inline int sm_count() {
   constexpr int kFallback = 132, kMaxDevices = 64;
   static std::atomic<int> cache[kMaxDevices];
+  const bool pending = detail::error_pending();
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear it: the caller's launch status must not see it
+    detail::clear_own_error(pending);
     return kFallback;
   }
   const bool cached = device >= 0 && device < kMaxDevices;
@@ -64,7 +86,7 @@ inline int sm_count() {
   int count = 0;
   if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       count <= 0) {
-    (void)cudaGetLastError();
+    detail::clear_own_error(pending);
     count = kFallback;
   }
   if (cached) cache[device].store(count, std::memory_order_relaxed);
@@ -76,10 +98,11 @@ inline int sm_count() {
 template <auto Kernel, int Threads>
 int resident_blocks() {
   static const int blocks = [] {
+    const bool pending = detail::error_pending();
     int b = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, Threads, 0) != cudaSuccess ||
         b < 1) {
-      (void)cudaGetLastError();
+      detail::clear_own_error(pending);
       b = 2048 / Threads;
     }
     return b;

@@ -270,7 +270,8 @@ __global__ void __launch_bounds__(kThreads)
   using A = Acc<T>;
   using R = Reducer<op>;
   using BlockReduce = cub::BlockReduce<A, kThreads>;
-  __shared__ typename BlockReduce::TempStorage temp;
+  using Temp = typename BlockReduce::TempStorage;
+  OXIJAX_SHARED(Temp, temp, , alignof(Temp));
   const int64_t blocks = args.outer * args.chunks;
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
     const int64_t row = b / args.chunks, c = b - row * args.chunks;
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(kThreads)
   using A = Acc<T>;
   using R = Reducer<op>;
   using P = Pack<In, V>;
-  __shared__ A smem[kThreads * V];
+  OXIJAX_SHARED(A, smem, [kThreads * V], alignof(A));
   const int tx = threadIdx.x, ty = threadIdx.y, bx = args.bx, by = args.by;
   const int64_t blocks = args.tiles * args.split;
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
@@ -389,8 +390,8 @@ __global__ void __launch_bounds__(kThreads) fill_kernel(T* out, int64_t n, T val
 // ------------------------------------------------------------ launchers
 
 template <typename In, typename T, ReduceOp op>
-void launch_row_groups(cudaStream_t stream, const In* x, T* out, int64_t outer, int64_t axis,
-                       long long count) {
+cudaError_t launch_row_groups(cudaStream_t stream, const In* x, T* out, int64_t outer,
+                              int64_t axis, long long count) {
   RowArgs<Acc<T>> args;
   args.outer = outer;
   args.axis = axis;
@@ -399,13 +400,13 @@ void launch_row_groups(cudaStream_t stream, const In* x, T* out, int64_t outer, 
   args.identity = identity_of<op, Acc<T>>();
   const int64_t rows_per_block = int64_t{kThreads} / args.group;
   constexpr auto kernel = row_group_kernel<In, T, op>;
-  kernel<<<wave_grid<kernel>(ceil_div(outer, rows_per_block), 1), kThreads, 0, stream>>>(x, out,
-                                                                                        args);
+  return launch(kernel, wave_grid<kernel>(ceil_div(outer, rows_per_block), 1), kThreads, 0,
+                stream, x, out, args);
 }
 
 template <typename In, typename T, ReduceOp op, int V>
-void launch_cols_v(cudaStream_t stream, const In* x, T* out, Acc<T>* ws, int64_t outer,
-                   int64_t axis, int64_t inner, const ColPlan& plan, long long count) {
+cudaError_t launch_cols_v(cudaStream_t stream, const In* x, T* out, Acc<T>* ws, int64_t outer,
+                          int64_t axis, int64_t inner, const ColPlan& plan, long long count) {
   const ColGeom g = col_geom(outer, axis, inner, V);
   ColArgs<Acc<T>> args;
   args.axis = axis;
@@ -421,14 +422,14 @@ void launch_cols_v(cudaStream_t stream, const In* x, T* out, Acc<T>* ws, int64_t
   args.count = count;
   args.identity = identity_of<op, Acc<T>>();
   constexpr auto kernel = col_kernel<In, T, op, V>;
-  kernel<<<wave_grid<kernel>(g.tiles * plan.split, 4), dim3(g.bx, g.by), 0, stream>>>(x, out, ws,
-                                                                                      args);
+  return launch(kernel, wave_grid<kernel>(g.tiles * plan.split, 4), dim3(g.bx, g.by), 0, stream,
+                x, out, ws, args);
 }
 
 // Column reduce of x [outer, axis, inner] with the widest pack that inner and x allow.
 template <typename In, typename T, ReduceOp op>
-void launch_cols(cudaStream_t stream, const In* x, T* out, Acc<T>* ws, int64_t outer,
-                 int64_t axis, int64_t inner, const ColPlan& plan, long long count) {
+cudaError_t launch_cols(cudaStream_t stream, const In* x, T* out, Acc<T>* ws, int64_t outer,
+                        int64_t axis, int64_t inner, const ColPlan& plan, long long count) {
   int v = col_vec(inner, sizeof(In));
   while (v > 1 && address(x) % (v * sizeof(In)) != 0) v /= 2;
   constexpr int VM = kMaxVec<In>;
@@ -439,7 +440,7 @@ void launch_cols(cudaStream_t stream, const In* x, T* out, Acc<T>* ws, int64_t o
   } else if (v == 2) {
     if constexpr (VM >= 2) return launch_cols_v<In, T, op, 2>(stream, x, out, ws, outer, axis, inner, plan, count);
   }
-  launch_cols_v<In, T, op, 1>(stream, x, out, ws, outer, axis, inner, plan, count);
+  return launch_cols_v<In, T, op, 1>(stream, x, out, ws, outer, axis, inner, plan, count);
 }
 
 template <typename T, ReduceOp op>
@@ -453,17 +454,14 @@ cudaError_t reduce_op(cudaStream_t stream, const ReduceShape& shape, const T* x,
     const int64_t n = outer * inner;
     const T value = store<T>(R::finish(identity_of<op, A>(), 0));
     constexpr auto kernel = fill_kernel<T>;
-    kernel<<<wave_grid<kernel>(ceil_div(n, kThreads), 1), kThreads, 0, stream>>>(out, n, value);
-    return cudaGetLastError();
+    return launch(kernel, wave_grid<kernel>(ceil_div(n, kThreads), 1), kThreads, 0, stream, out, n,
+                  value);
   }
   A* ws = static_cast<A*>(workspace);
   const long long count = axis;
   if (inner == 1) {
     const RowPlan plan = plan_rows(outer, axis, sizeof(T));
-    if (plan.chunks == 0) {
-      launch_row_groups<T, T, op>(stream, x, out, outer, axis, count);
-      return cudaGetLastError();
-    }
+    if (plan.chunks == 0) return launch_row_groups<T, T, op>(stream, x, out, outer, axis, count);
     RowArgs<A> args;
     args.outer = outer;
     args.axis = axis;
@@ -472,18 +470,20 @@ cudaError_t reduce_op(cudaStream_t stream, const ReduceShape& shape, const T* x,
     args.count = count;
     args.identity = identity_of<op, A>();
     constexpr auto kernel = row_chunk_kernel<T, op>;
-    kernel<<<wave_grid<kernel>(outer * plan.chunks, 4), kThreads, 0, stream>>>(x, out, ws, args);
-    if (plan.chunks > 1) launch_row_groups<A, T, op>(stream, ws, out, outer, plan.chunks, count);
-    return cudaGetLastError();
+    if (const cudaError_t status = launch(kernel, wave_grid<kernel>(outer * plan.chunks, 4),
+                                          kThreads, 0, stream, x, out, ws, args);
+        status != cudaSuccess || plan.chunks <= 1)
+      return status;
+    return launch_row_groups<A, T, op>(stream, ws, out, outer, plan.chunks, count);
   }
   const ColPlan plan = plan_cols(outer, axis, inner, sizeof(T));
-  launch_cols<T, T, op>(stream, x, out, ws, outer, axis, inner, plan, count);
-  if (plan.split > 1) {
-    ColPlan second;  // one pass over the partials, no further split
-    second.chunk = plan.split;
-    launch_cols<A, T, op>(stream, ws, out, nullptr, outer, plan.split, inner, second, count);
-  }
-  return cudaGetLastError();
+  if (const cudaError_t status =
+          launch_cols<T, T, op>(stream, x, out, ws, outer, axis, inner, plan, count);
+      status != cudaSuccess || plan.split <= 1)
+    return status;
+  ColPlan second;  // one pass over the partials, no further split
+  second.chunk = plan.split;
+  return launch_cols<A, T, op>(stream, ws, out, nullptr, outer, plan.split, inner, second, count);
 }
 
 }  // namespace

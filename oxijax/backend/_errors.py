@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# cudaError / CUresult code of an out-of-memory failure (the same value in both APIs).
+# CUresult code of an out-of-memory failure (CUDA_ERROR_OUT_OF_MEMORY).
 CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
@@ -32,9 +32,10 @@ class Unsupported(BackendError, NotImplementedError):
 
 
 class DeviceError(BackendError, RuntimeError):
-    """A failure of the device; ``code`` and ``name`` are the CUDA driver's (or
-    runtime's) error code and name, negative codes are oxijax's own (no driver, a
-    build without CUDA, a closed backend)."""
+    """A failure of the device; ``code`` and ``name`` are the CUDA driver's error code
+    and name (a CUresult: a failed kernel launch reports the driver's code with the
+    meaning of the runtime's error, whose name is in the message), negative codes are
+    oxijax's own (no driver, a build without CUDA, a closed backend)."""
 
     def __init__(self, message: str, code: int | None = None, name: str | None = None) -> None:
         self.code = code
