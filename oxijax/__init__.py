@@ -28,6 +28,7 @@ from oxijax._elementwise import (
 from oxijax._enums import BinaryOp, ReduceOp, Transpose, UnaryOp
 from oxijax._ffi import BUILD_INFO, REGISTERED_TARGETS, export_disabled_checks
 from oxijax._gemm import gemm, matmul
+from oxijax._interpret import cuda_interpreter
 from oxijax._reduce import max, mean, min, reduce, sum
 
 __version__ = "0.1.0"
@@ -44,6 +45,7 @@ __all__ = [
     "attention",
     "binary",
     "conv2d",
+    "cuda_interpreter",
     "div",
     "exp",
     "export_disabled_checks",

@@ -25,7 +25,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from oxijax import _sharding
+from oxijax import _interpret, _sharding
 from oxijax._enums import _OpEnum
 from oxijax._ffi import REGISTERED_TARGETS
 
@@ -45,11 +45,14 @@ def _as_attribute(name: str, value: Any) -> Any:
                     "a symbolic dimension cannot be one: export with a concrete size for it")
 
 
-def _ffi_lowering(target: str) -> Callable[..., Any]:
+def _ffi_lowering(target: str, platform: str) -> Callable[..., Any]:
     lower = jax.ffi.ffi_lowering(target)
+    # On the CPU, inside oxijax.cuda_interpreter(): the interpreted CUDA handler.
+    interpreted = jax.ffi.ffi_lowering(_interpret.interpreted_target(target))
 
     def rule(ctx, *operands, **params):
-        return lower(ctx, *operands, **{k: _as_attribute(k, v) for k, v in params.items()})
+        use = interpreted if platform == "cpu" and _interpret.active() else lower
+        return use(ctx, *operands, **{k: _as_attribute(k, v) for k, v in params.items()})
 
     return rule
 
@@ -202,7 +205,7 @@ def define(
         mlir.register_lowering(primitive, _not_built(name), platform="cuda")
     if factors is None:
         for platform in platforms:
-            mlir.register_lowering(primitive, _ffi_lowering(target), platform=platform)
+            mlir.register_lowering(primitive, _ffi_lowering(target, platform), platform=platform)
         return primitive
     # The FFI call itself, seen only by the lowering: custom_partitioning wraps it (or,
     # exported, it carries its own sharding description).
@@ -211,8 +214,8 @@ def define(
     ffi_call.def_abstract_eval(abstract_eval)
     lowering = _sharding.lowering(primitive, ffi_call, factors)
     _sharding.register_batch_partitionable(target)
-    ffi_lowering = _sharding.export_lowering(_ffi_lowering(target), factors)
     for platform in platforms:
+        ffi_lowering = _sharding.export_lowering(_ffi_lowering(target, platform), factors)
         mlir.register_lowering(ffi_call, ffi_lowering, platform=platform)
         mlir.register_lowering(primitive, lowering or ffi_lowering, platform=platform)
     return primitive

@@ -34,10 +34,41 @@ TOLERANCE = {
 
 
 def pytest_collection_modifyitems(items):
-    """Tests that use the `gpu` fixture are marked `gpu` (scripts/gpu_check.sh: -m gpu)."""
+    """Tests that use the `gpu` fixture are marked `gpu` (scripts/gpu_check.sh: -m gpu);
+    those that use `interpreter` are marked `cuda_interpret`."""
     for item in items:
-        if "gpu" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "gpu" in names:
             item.add_marker(pytest.mark.gpu)
+        if "interpreter" in names:
+            item.add_marker(pytest.mark.cuda_interpret)
+
+
+def require_interpreter():
+    """oxijax._oxijax_interp; skips when this build has no CUDA interpreter (it is built
+    with the CUDA kernels), fails instead with OXIJAX_REQUIRE_INTERPRETER=1."""
+    from oxijax import _interpret
+
+    if not _interpret.available():
+        message = "this build has no CUDA interpreter (built without the CUDA toolkit)"
+        if os.environ.get("OXIJAX_REQUIRE_INTERPRETER") == "1":
+            pytest.fail(f"OXIJAX_REQUIRE_INTERPRETER=1 but {message}")
+        pytest.skip(message)
+    return _interpret.module()
+
+
+@pytest.fixture
+def interpreter():
+    """Runs the test's oxijax ops on the CPU through the CUDA interpreter (the CUDA
+    kernels and handlers, every access checked); yields its module. Reports of failed
+    launches are cleared before and after."""
+    import oxijax
+
+    module = require_interpreter()
+    module.take_reports()
+    with oxijax.cuda_interpreter(schedule="shuffle", seed=0) as interp:
+        yield interp
+    module.take_reports()
 
 
 @pytest.fixture
