@@ -27,8 +27,18 @@ inline constexpr DeviceProperties kDevice{};
 // The dynamic shared memory a launch of `kernel` may ask for (48 KiB unless raised by
 // cudaFuncSetAttribute).
 size_t dynamic_shared_limit(const void* kernel);
-// Counts the launch for launched_kernels().
-void record_launch(const void* kernel);
+// Keeps the launch for take_launched_kernels() and take_launch_log().
+void record_launch(const Launch& launch);
+// Whether launches run their blocks (tests of launch configurations alone turn it off:
+// the configuration is checked and logged, nothing is executed).
+bool execute_launches();
+void set_execute_launches(bool execute);
+
+struct LaunchRecord {
+  std::string kernel;
+  dim3 grid, block;
+  size_t shared_bytes;
+};
 // Sets the runtime's last error and keeps the report; returns status.
 cudaError_t finish_launch(Launch& launch, cudaError_t status);
 
@@ -36,5 +46,6 @@ cudaError_t finish_launch(Launch& launch, cudaError_t status);
 // of the kernels launched, since the last call.
 std::vector<std::string> take_reports();
 std::vector<std::string> take_launched_kernels();
+std::vector<LaunchRecord> take_launch_log();
 
 }  // namespace oxijax::interp

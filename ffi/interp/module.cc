@@ -65,6 +65,15 @@ NB_MODULE(_oxijax_interp, m) {
         "The reports of the launches that failed since the last call, oldest first.");
   m.def("take_launched_kernels", &ix::take_launched_kernels,
         "The kernels launched since the last call (demangled names, each once).");
+  m.def("take_launch_log", [] {
+    nb::list log;
+    for (const ix::LaunchRecord& r : ix::take_launch_log())
+      log.append(nb::make_tuple(r.kernel, nb::make_tuple(r.grid.x, r.grid.y, r.grid.z),
+                                nb::make_tuple(r.block.x, r.block.y, r.block.z), r.shared_bytes));
+    return log;
+  }, "The launches since the last call: (kernel, grid, block, dynamic shared bytes).");
+  m.def("set_execute", &ix::set_execute_launches, "execute"_a,
+        "False: launches are checked and logged but run nothing (launch-configuration tests).");
   m.def("device_bytes_in_use", &ix::device_bytes_in_use);
   m.def("planted_cases", &ix::planted_cases);
   m.def("run_planted", [](const std::string& name, bool buggy) {

@@ -25,12 +25,14 @@ namespace ptx = cuda::ptx;
 
 constexpr int kThreads = 128;
 
-// out[i] = in[(i + 1) % n] staged through shared memory; without the barrier a thread
-// reads its neighbour's slot before the neighbour wrote it.
+// out[i] = in[(i + 1) % n] staged through shared memory (cleared first); without the
+// second barrier a thread may read its neighbour's slot before the neighbour's write.
 template <bool kBarrier>
 __global__ void rotate_kernel(const float* in, float* out) {
   OXIJAX_SHARED(float, tile, [kThreads], 16);
   const int i = threadIdx.x;
+  tile[i] = 0.0f;
+  __syncthreads();
   tile[i] = in[i];
   if (kBarrier) __syncthreads();
   out[i] = tile[(i + 1) % kThreads];

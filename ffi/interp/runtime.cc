@@ -239,7 +239,8 @@ cudaError_t launch_erased(const void* kernel, dim3 grid, dim3 block, size_t shar
   }
   const uint64_t number = g_launches.fetch_add(1);
   host.rng.seed(g_seed.load() * 0x9e3779b97f4a7c15ull + number);
-  record_launch(kernel);
+  record_launch(launch);
+  if (!execute_launches()) return finish_launch(launch, cudaSuccess);
 
   // Blocks in the schedule's order too (x fastest, as blockIdx enumerates them).
   const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;

@@ -5,6 +5,7 @@
 // so the FFI handlers' error messages carry it to Python.
 #include <algorithm>
 #include <cstring>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -23,7 +24,8 @@ thread_local std::string tls_message;
 
 std::mutex g_mu;
 std::vector<std::string> g_reports;
-std::vector<const void*> g_launched;
+std::vector<Launch> g_launched;
+std::atomic<bool> g_execute{true};
 std::map<const void*, size_t> g_dynamic_limit;
 
 cudaError_t set_error(cudaError_t status, std::string report) {
@@ -63,10 +65,13 @@ size_t dynamic_shared_limit(const void* kernel) {
   return it == g_dynamic_limit.end() ? kDevice.max_static_shared : it->second;
 }
 
-void record_launch(const void* kernel) {
+void record_launch(const Launch& launch) {
   std::lock_guard lock(g_mu);
-  if (g_launched.size() < 100000) g_launched.push_back(kernel);
+  if (g_launched.size() < 100000) g_launched.push_back(launch);
 }
+
+bool execute_launches() { return g_execute.load(); }
+void set_execute_launches(bool execute) { g_execute.store(execute); }
 
 cudaError_t finish_launch(Launch& launch, cudaError_t status) {
   if (status == cudaSuccess) return status;
@@ -78,16 +83,28 @@ std::vector<std::string> take_reports() {
   return std::exchange(g_reports, {});
 }
 
-std::vector<std::string> take_launched_kernels() {
-  std::vector<const void*> kernels;
+std::vector<LaunchRecord> take_launch_log() {
+  std::vector<Launch> launches;
   {
     std::lock_guard lock(g_mu);
-    kernels = std::exchange(g_launched, {});
+    launches = std::exchange(g_launched, {});
   }
-  std::vector<const void*> unique;
-  for (const void* k : kernels)
-    if (std::find(unique.begin(), unique.end(), k) == unique.end()) unique.push_back(k);
-  return kernel_names(unique);
+  std::vector<const void*> kernels;
+  for (const Launch& l : launches) kernels.push_back(l.kernel);
+  const std::vector<std::string> names = kernel_names(kernels);
+  std::vector<LaunchRecord> log;
+  for (size_t i = 0; i < launches.size(); ++i)
+    log.push_back(LaunchRecord{names[i], launches[i].grid, launches[i].block,
+                               launches[i].shared_bytes});
+  return log;
+}
+
+std::vector<std::string> take_launched_kernels() {
+  std::vector<std::string> unique;
+  for (const LaunchRecord& r : take_launch_log())
+    if (std::find(unique.begin(), unique.end(), r.kernel) == unique.end())
+      unique.push_back(r.kernel);
+  return unique;
 }
 
 }  // namespace oxijax::interp
