@@ -1,0 +1,260 @@
+"""Every CUDA kernel path, executed in the CUDA interpreter: each case runs one oxijax call
+(or pointer-backend op) on small, awkward shapes, checks the result against a float64
+reference, and checks that the kernel it is meant to reach is the one that ran. The last
+test checks that the cases together reach every __global__ kernel in ffi/cuda."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import assert_close, f64, random, require_interpreter
+from test_attention import reference as attention_reference
+
+import oxijax
+
+F16, BF16, F32, F64 = jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64
+STORAGE = {F16: "half", BF16: "bfloat16", F32: "float", F64: "double"}
+CUDA_DIR = pathlib.Path(__file__).resolve().parents[1] / "ffi" / "cuda"
+
+
+def _conv_ref(x, w, stride, pad):
+    return jax.lax.conv_general_dilated(jnp.asarray(x, F64), jnp.asarray(w, F64), stride,
+                                        [(pad[0], pad[0]), (pad[1], pad[1])])
+
+
+# ---------------------------------------------------------------- cases
+# Each case: (id, kernels it must launch (regexes on the demangled names), run) where
+# run() returns [(actual, expected float64, dtype, assert_close kwargs), ...].
+
+CASES: list[tuple[str, list[str], object]] = []
+
+
+def case(case_id, *kernels):
+    def register(run):
+        CASES.append((case_id, list(kernels), run))
+        return run
+    return register
+
+
+for dt in (F16, BF16, F32, F64):
+    t = STORAGE[dt]
+
+    @case(f"unary-{t}", rf"unary_kernel<{t}, .*Unary<")
+    def _unary(dt=dt):
+        x = random((1027,), dt, 1)
+        return [(oxijax.exp(x), np.exp(f64(x)), dt, dict(scale=0.0, factor=2.0)),
+                (oxijax.tanh(x[3:10]), np.tanh(f64(x[3:10])), dt, dict(scale=0.0, factor=2.0))]
+
+    @case(f"binary-flat-{t}", rf"binary_flat_kernel<{t}, .*Binary<")
+    def _binary(dt=dt):
+        a, b = random((999,), dt, 1), random((999,), dt, 2, low=0.5)
+        return [(oxijax.div(a, b), f64(a) / f64(b), dt, dict(scale=0.0, factor=2.0))]
+
+    @case(f"binary-broadcast-{t}", rf"binary_general_kernel<{t}, .*Binary<")
+    def _broadcast(dt=dt):
+        a, b = random((3, 1, 37), dt, 1), random((5, 1), dt, 2)
+        return [(oxijax.maximum(a, b), np.maximum(f64(a), f64(b)), dt, dict(scale=0.0))]
+
+    @case(f"unary-grad-{t}", rf"binary_flat_kernel<{t}, .*UnaryGrad<")
+    def _unary_grad(dt=dt):
+        x = random((301,), dt, 3)
+        g = jax.grad(lambda x: oxijax.sigmoid(x).astype(F32).sum())(x)
+        s = 1 / (1 + np.exp(-f64(x)))
+        return [(g, s * (1 - s), dt, dict(factor=4.0))]
+
+    @case(f"binary-partial-{t}", rf"binary_general_kernel<{t}, .*BinaryPartial<")
+    def _partial(dt=dt):
+        a, b = random((4, 9), dt, 1), random((9,), dt, 2)
+        g = jax.grad(lambda a: oxijax.maximum(a, b).astype(F32).sum())(a)
+        return [(g, (f64(a) >= f64(b)).astype(np.float64), dt, dict(scale=0.0))]
+
+    @case(f"reduce-rows-{t}", rf"row_group_kernel<{t}, {t}, ")
+    def _rows(dt=dt):
+        x = random((33, 129), dt, 4)
+        return [(oxijax.max(x, 1), f64(x).max(1), dt, dict(scale=0.0)),
+                (oxijax.sum(x, 1), f64(x).sum(1), dt, dict(scale=2.0 * np.sqrt(129)))]
+
+    @case(f"reduce-split-rows-{t}", rf"row_chunk_kernel<{t}, ", rf"row_group_kernel<")
+    def _split_rows(dt=dt):
+        x = random((2, 70001), dt, 5)
+        return [(oxijax.sum(x, 1), f64(x).sum(1), dt, dict(scale=2.0 * np.sqrt(70001)))]
+
+    @case(f"reduce-columns-{t}", rf"col_kernel<{t}, {t}, ")
+    def _cols(dt=dt):
+        x = random((301, 5, 24), dt, 6)
+        y = random((19, 3), dt, 7)
+        return [(oxijax.mean(x, 1), f64(x).mean(1), dt, dict(scale=2.0)),
+                (oxijax.min(y, 0), f64(y).min(0), dt, dict(scale=0.0))]
+
+# gemm: every tensor-core configuration (and exact float32 SIMT) x transposes, ragged
+# tiles, odd leading dims (narrow and synchronous copies), batches that broadcast.
+GEMM_KERNEL = {F16: r"mma_gemm_kernel<MmaConfig<\(Kind\)0>", BF16: r"mma_gemm_kernel<MmaConfig<\(Kind\)1>",
+               F32: r"sgemm_simt_kernel<", F64: r"mma_gemm_kernel<MmaConfig<\(Kind\)3>"}
+for dt in (F16, BF16, F32, F64):
+    for trans in ("NN", "NT", "TN", "TT"):
+        @case(f"gemm-{STORAGE[dt]}-{trans}", GEMM_KERNEL[dt])
+        def _gemm(dt=dt, trans=trans):
+            m, n, k = 17, 33, 65
+            a = random((k, m) if trans[0] == "T" else (m, k), dt, 1)
+            b = random((n, k) if trans[1] == "T" else (k, n), dt, 2)
+            c = random((m, n), dt, 3)
+            out = oxijax.gemm(a, b, c, trans_a=trans[0], trans_b=trans[1], alpha=0.5, beta=-1.5)
+            fa = f64(a).T if trans[0] == "T" else f64(a)
+            fb = f64(b).T if trans[1] == "T" else f64(b)
+            return [(out, 0.5 * fa @ fb - 1.5 * f64(c), dt, dict(scale=2.0 * k))]
+
+    @case(f"gemm-batched-{STORAGE[dt]}", GEMM_KERNEL[dt])
+    def _batched(dt=dt):
+        a, b = random((3, 1, 130, 7), dt, 4), random((2, 7, 129), dt, 5)  # odd k: narrow copies
+        return [(oxijax.matmul(a, b), f64(a) @ f64(b), dt, dict(scale=2.0 * 7))]
+
+
+@case("gemm-tf32", r"mma_gemm_kernel<MmaConfig<\(Kind\)2>, false, true>")
+def _tf32():
+    a, b = random((40, 23), F32, 1), random((9, 23), F32, 2)
+    out = oxijax.gemm(a, b, trans_b="T", precision="tf32")
+    return [(out, f64(a) @ f64(b).T, F32, dict(scale=2.0 * 23, factor=300.0))]
+
+
+CONV_KERNEL = {F16: r"conv2d_tc_kernel<false>", BF16: r"conv2d_tc_kernel<true>",
+               F32: r"conv2d_simt_kernel<SimtConfig<float", F64: r"conv2d_simt_kernel<SimtConfig<double"}
+for dt in (F16, BF16, F32, F64):
+    t = STORAGE[dt]
+
+    @case(f"conv2d-{t}", CONV_KERNEL[dt])
+    def _conv(dt=dt):
+        x, w = random((2, 5, 9, 11), dt, 1), random((6, 5, 3, 2), dt, 2)
+        out = oxijax.conv2d(x, w, stride=(2, 1), padding=(1, 2))
+        return [(out, _conv_ref(x, w, (2, 1), (1, 2)), dt, dict(scale=2.0 * 30))]
+
+    @case(f"conv2d-data-grad-stride1-{t}", r"flip_filter_kernel<", CONV_KERNEL[dt])
+    def _data1(dt=dt):
+        x, w = random((2, 3, 7, 6), dt, 1), random((4, 3, 3, 3), dt, 2)
+        g = jax.grad(lambda x: oxijax.conv2d(x, w, padding=1).astype(F32).sum())(x)
+        ref = jax.grad(lambda x: _conv_ref(x, w, (1, 1), (1, 1)).sum())(jnp.asarray(f64(x)))
+        return [(g, ref, dt, dict(scale=2.0 * 36))]
+
+    @case(f"conv2d-grads-stride2-{t}", rf"igemm_kernel<{t}, DataProblem", rf"igemm_kernel<{t}, FilterProblem")
+    def _grads2(dt=dt):
+        x, w = random((2, 3, 9, 8), dt, 1), random((4, 3, 3, 2), dt, 2)
+        f = lambda x, w: oxijax.conv2d(x, w, stride=2, padding=(1, 0)).astype(F32).sum()  # noqa: E731
+        gx, gw = jax.grad(f, (0, 1))(x, w)
+        rx, rw = jax.grad(lambda x, w: _conv_ref(x, w, (2, 2), (1, 0)).sum(), (0, 1))(
+            jnp.asarray(f64(x)), jnp.asarray(f64(w)))
+        return [(gx, rx, dt, dict(scale=2.0 * 24)), (gw, rw, dt, dict(scale=2.0 * 40))]
+
+
+@case("conv2d-filter-grad-split", r"igemm_kernel<float, FilterProblem", r"sum_splits_kernel<float>")
+def _split_filter():
+    x, w = random((1, 1, 150, 150), F32, 1), random((2, 1, 3, 3), F32, 2)
+    g = jax.grad(lambda w: oxijax.conv2d(x, w).sum())(w)
+    ref = jax.grad(lambda w: _conv_ref(x, w, (1, 1), (0, 0)).sum())(jnp.asarray(f64(w)))
+    return [(g, ref, F32, dict(scale=2.0 * 150))]
+
+
+def _attention_case(dt, d, causal, sq=70, skv=50, kernels=()):
+    def run():
+        q, k, v = random((1, 2, sq, d), dt, 1), random((1, 2, skv, d), dt, 2), random((1, 2, skv, d), dt, 3)
+        scale = 1.0 / np.sqrt(d)
+        out = oxijax.attention(q, k, v, causal=causal)
+        return [(out, attention_reference(q, k, v, scale, causal), dt, dict(factor=2.0))]
+    return run
+
+
+for dt, d in ((F16, 64), (BF16, 128), (F16, 128), (BF16, 64)):
+    for causal in (False, True):
+        c = "causal" if causal else "full"
+        case(f"attention-mma-{STORAGE[dt]}-d{d}-{c}",
+             rf"attention_mma_kernel<{'true' if dt == BF16 else 'false'}, {d}>")(
+            _attention_case(dt, d, causal))
+for dt, d in ((F32, 16), (F64, 200), (BF16, 32), (F32, 130)):
+    case(f"attention-simt-{STORAGE[dt]}-d{d}", rf"attention_simt_kernel<{STORAGE[dt]}>")(
+        _attention_case(dt, d, True, sq=40, skv=25))  # Sq > Skv: fully masked rows
+
+
+for dt in (F16, BF16, F32, F64):
+    t = STORAGE[dt]
+
+    @case(f"attention-grad-{t}", rf"delta_kernel<{t}>", rf"backward_kernel<{t}>", rf"store_kernel<{t}>")
+    def _attention_grad(dt=dt):
+        q, k, v = random((1, 2, 30, 64), dt, 1), random((1, 2, 20, 64), dt, 2), random((1, 2, 20, 64), dt, 3)
+
+        acc = F64 if dt == F64 else F32
+        ours = jax.grad(lambda q, k, v: jnp.sum(oxijax.attention(q, k, v, causal=True).astype(acc) ** 2),
+                        (0, 1, 2))(q, k, v)
+
+        def ref(q, k, v):
+            s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
+            vis = jnp.arange(20)[None, :] <= jnp.arange(30)[:, None] - 10
+            s = jnp.where(vis, s, -jnp.inf)
+            p = jnp.where(vis, jax.nn.softmax(jnp.where(vis, s, -1e300), -1), 0.0)
+            return jnp.sum(jnp.einsum("bhqk,bhkd->bhqd", p, v) ** 2)
+
+        refs = jax.grad(ref, (0, 1, 2))(*(jnp.asarray(f64(a)) for a in (q, k, v)))
+        return [(o, r, dt, dict(factor=8.0)) for o, r in zip(ours, refs)]
+
+    @case(f"attention-jvp-{t}", rf"jvp_kernel<{t}>")
+    def _attention_jvp(dt=dt):
+        q, k, v = random((1, 1, 24, 32), dt, 1), random((1, 1, 24, 32), dt, 2), random((1, 1, 24, 32), dt, 3)
+        tq = random((1, 1, 24, 32), dt, 4)
+        _, ours = jax.jvp(lambda q: oxijax.attention(q, k, v), (q,), (tq,))
+        ref = jax.jvp(lambda q: attention_reference_jnp(q, jnp.asarray(f64(k)), jnp.asarray(f64(v))),
+                      (jnp.asarray(f64(q)),), (jnp.asarray(f64(tq)),))[1]
+        return [(ours, ref, dt, dict(factor=8.0))]
+
+
+def attention_reference_jnp(q, k, v):
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1), v)
+
+
+def _short(name: str) -> str:
+    """A demangled kernel name without its namespaces."""
+    return re.sub(r"oxijax::|cuda::|\(anonymous namespace\)::", "", name)
+
+
+@pytest.mark.parametrize("case_id,kernels,run", CASES, ids=[c[0] for c in CASES])
+def test_kernel_path(interpreter, case_id, kernels, run):
+    interpreter.take_launched_kernels()
+    results = run()
+    launched = [_short(name) for name in interpreter.take_launched_kernels()]
+    for actual, expected, dtype, kwargs in results:
+        assert_close(actual, expected, dtype, **kwargs)
+    for pattern in kernels:
+        assert any(re.search(pattern, name) for name in launched), (pattern, launched)
+    assert interpreter.take_reports() == []
+
+
+# ---------------------------------------------------------------- direct FFI calls
+# Paths the jax functions never take (they answer without a kernel) but an FFI call can:
+# a gemm with k = 0 (out = beta * c) and a reduce over an empty axis (the identity).
+
+
+def test_ffi_only_kernels(interpreter):
+    c = random((3, 4), F32, 1)
+    gemm = jax.ffi.ffi_call("oxijax_interp_gemm", jax.ShapeDtypeStruct((3, 4), F32))
+    out = gemm(jnp.zeros((3, 0), F32), jnp.zeros((0, 4), F32), c, trans_a=np.int32(0),
+               trans_b=np.int32(0), alpha=np.float64(1.0), beta=np.float64(2.0), allow_tf32=False)
+    np.testing.assert_array_equal(f64(out), 2 * f64(c))
+    reduce = jax.ffi.ffi_call("oxijax_interp_reduce", jax.ShapeDtypeStruct((3,), F32))
+    sums = reduce(jnp.zeros((3, 0), F32), op=np.int32(0), axis=np.int64(1))  # sum: zeros
+    np.testing.assert_array_equal(f64(sums), np.zeros(3))
+    launched = " ".join(_short(name) for name in interpreter.take_launched_kernels())
+    assert "scale_c_kernel<float>" in launched and "fill_kernel<float>" in launched, launched
+
+
+def test_cases_reach_every_kernel():
+    """Every __global__ kernel of ffi/cuda is some case's expected kernel (static)."""
+    kernels = set()
+    for source in CUDA_DIR.glob("*.cu"):
+        text = re.sub(r"__launch_bounds__\([^)]*\)", "", source.read_text())
+        kernels |= set(re.findall(r"__global__[^(]*?\b(\w+)\s*\(", text))
+    expected = " ".join(p for _, patterns, _ in CASES for p in patterns)
+    expected += " scale_c_kernel fill_kernel"  # test_ffi_only_kernels
+    missing = sorted(k for k in kernels if k not in expected)
+    assert len(kernels) >= 20 and not missing, missing
