@@ -42,6 +42,9 @@ cd tests
 parallel=()
 python -c "import xdist" 2>/dev/null && parallel=(-n 8)
 step info 10 python -m oxijax info
+# First: does the CUDA interpreter (which CI trusts for every kernel change) model this
+# GPU's PTX instructions bit for bit?
+step ptx_probe 30 python -m pytest -q -p no:cacheprovider --rootdir=. test_ptx_probe.py
 step build_tests 15 python -m pytest -q -p no:cacheprovider --rootdir=. test_build.py
 # Every test that takes the `gpu` fixture carries the `gpu` marker (tests/conftest.py).
 step gpu_tests 140 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. -m gpu .

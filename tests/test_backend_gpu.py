@@ -1,27 +1,84 @@
-"""The pointer backend on a GPU: every compute, misuse and thread test of
-test_backend_compute.py on CudaBackend, JAX and the backend sharing one GPU (both
-directions, with JAX's preallocation on and off), and the no-GPU path in a process that
-sees no GPU. Skips without a GPU (fails with OXIJAX_REQUIRE_GPU=1)."""
+"""The pointer backend's CUDA device: every compute, misuse and thread test of
+test_backend_compute.py on CudaBackend, in two modes:
+
+- ``gpu`` (marked ``gpu``): on a real GPU, plus JAX and the backend sharing one GPU (both
+  directions, with JAX's preallocation on and off) and the no-GPU path in a process that
+  sees no GPU. Skips without a GPU (fails with OXIJAX_REQUIRE_GPU=1).
+- ``interpret`` (marked ``cuda_interpret``): ``CudaBackend(interpret=True)``, the same
+  C++ device class, launchers and kernels on the CUDA interpreter, on any machine; every
+  access is checked, and a test fails on any interpreter report or device memory left
+  behind. Skips when the build has no interpreter (fails with
+  OXIJAX_REQUIRE_INTERPRETER=1)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from conftest import require_interpreter
 from test_backend_compute import *  # noqa: F401,F403 - the same tests, on CudaBackend
 
-from oxijax.backend import CudaBackend
+from oxijax.backend import (
+    CudaBackend,
+    DeviceError,
+    InvalidArgument,
+    NotInitialized,
+    OutOfMemory,
+    Unsupported,
+    import_jax_array,
+    to_jax_array,
+)
 
-pytestmark = pytest.mark.usefixtures("gpu")
+MODES = [pytest.param("gpu", marks=pytest.mark.gpu, id="gpu"),
+         pytest.param("interpret", marks=pytest.mark.cuda_interpret, id="interpret")]
+
+
+@contextlib.contextmanager
+def clean_interpreter():
+    """The interpreter module (skips without one); the block must leave no interpreter
+    report (a failed launch) and no interpreted device memory behind."""
+    interp = require_interpreter()
+    interp.take_reports()
+    in_use = interp.device_bytes_in_use()
+    yield interp
+    reports = interp.take_reports()
+    assert not reports, "CUDA interpreter reports:\n" + "\n\n".join(reports)
+    assert interp.device_bytes_in_use() == in_use, "interpreted device memory left allocated"
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    """"gpu" (skips without a GPU) or "interpret" (skips without the interpreter)."""
+    if request.param == "gpu":
+        request.getfixturevalue("gpu")
+        yield "gpu"
+    else:
+        with clean_interpreter():
+            yield "interpret"
 
 
 @pytest.fixture
-def backend(gpu):  # noqa: F811 - replaces the CpuBackend fixture of test_backend_compute
-    with CudaBackend(0) as be:
+def interp_mode():
+    """interpret mode's checks, for the tests that exist only in interpret mode."""
+    with clean_interpreter() as interp:
+        yield interp
+
+
+def make_backend(mode: str, device: int = 0) -> CudaBackend:
+    return CudaBackend(device, interpret=mode == "interpret")
+
+
+@pytest.fixture
+def backend(mode):  # noqa: F811 - replaces the CpuBackend fixture of test_backend_compute
+    with make_backend(mode) as be:
         assert be.has_device, repr(be)
+        assert be.interpreted == (mode == "interpret")
         yield be
 
 
@@ -32,20 +89,44 @@ def run_python(code: str, **env) -> str:
     return result.stdout
 
 
-def test_close_releases_and_reinit_works(gpu):
-    be = CudaBackend()
+def test_close_frees_everything(mode):  # noqa: F811 - CudaBackend's, not CpuBackend's
+    be = make_backend(mode)
+    be.init()
+    for _ in range(3):
+        be.alloc(100)
+    assert be.live_allocations == 3
+    be.close()
+    assert be.live_allocations == 0 and not be.is_initialized()
+    with pytest.raises(NotInitialized):
+        be.alloc(4)
+
+
+def test_close_releases_and_reinit_works(mode):
+    be = make_backend(mode)
     be.init()
     ptr = be.alloc(1 << 20)
     free_before, total = be.mem_info()
     assert 0 < free_before <= total
     be.close()  # frees ptr, releases the context once
     be.close()
+    with pytest.raises(NotInitialized):
+        be.mem_info()
     be.init()
     assert be.has_device and be.live_allocations == 0
     be.free(be.alloc(16))
     be.close()
     assert ptr  # the old pointer is gone with the old context's bookkeeping
 
+
+def test_out_of_memory(mode):
+    with make_backend(mode) as be:
+        with pytest.raises(OutOfMemory, match="XLA_PYTHON_CLIENT_PREALLOCATE") as caught:
+            be.alloc(1 << 50)
+        assert caught.value.code == 2 and caught.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
+        be.free(be.alloc(16))  # still usable
+
+
+# -- GPU only: JAX and the backend on one GPU, a process without a GPU ------------------
 
 MIXED = """
     import os
@@ -72,8 +153,10 @@ MIXED = """
         pa = import_jax_array(be, a)
         pc = be.alloc(a.nbytes)
         be.gemm("T", "T", 8, 8, 8, 1.0, pa, 8, pa, 8, 0.0, pc, 8)
-        c = to_jax_array(be, pc, (8, 8), "float64")  # column-major C = Aᵀ·Aᵀ
-        np.testing.assert_allclose(np.asarray(c).T, np.asarray(a).T @ np.asarray(a).T,
+        # a's row-major bytes read column-major are aᵀ, so C = (aᵀ)ᵀ·(aᵀ)ᵀ = a·a, and C
+        # read back row-major is Cᵀ = aᵀ·aᵀ.
+        c = to_jax_array(be, pc, (8, 8), "float64")
+        np.testing.assert_allclose(np.asarray(c), np.asarray(a).T @ np.asarray(a).T,
                                    rtol=1e-12)
     del z, c
     print("ok", os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"))
@@ -119,9 +202,69 @@ def test_no_gpu_path(gpu):
     assert lines[0].startswith("DeviceError") and lines[1] == "cpu", out
 
 
-def test_out_of_memory(gpu):
-    from oxijax.backend import OutOfMemory
+# -- interpret only: the same promises where the device is the interpreter's ------------
 
-    with CudaBackend() as be:
-        with pytest.raises(OutOfMemory, match="XLA_PYTHON_CLIENT_PREALLOCATE"):
-            be.alloc(1 << 50)
+
+@pytest.mark.cuda_interpret
+def test_interpreted_jax_arrays_are_copied(interp_mode):
+    # JAX has no client for the interpreter's memory: import copies in, export copies out.
+    x = jnp.tanh(jnp.arange(4096, dtype=jnp.float32).reshape(64, 64) / 1000)
+    with CudaBackend(interpret=True) as be:
+        p = import_jax_array(be, x)
+        assert p != x.unsafe_buffer_pointer()
+        q = be.alloc(x.nbytes)
+        be.unary("exp", p, q, x.size)
+        z = to_jax_array(be, q, (64, 64))
+        assert z.devices() == x.devices()
+        be.free(q)
+        np.testing.assert_allclose(np.asarray(z), np.exp(np.asarray(x)), rtol=1e-6)
+        a = jnp.asarray(np.random.default_rng(0).standard_normal((8, 8)))
+        pa, pc = import_jax_array(be, a), be.alloc(a.nbytes)
+        be.gemm("T", "T", 8, 8, 8, 1.0, pa, 8, pa, 8, 0.0, pc, 8)
+        # a's row-major bytes read column-major are aᵀ, so C = (aᵀ)ᵀ·(aᵀ)ᵀ = a·a, and C
+        # read back row-major is Cᵀ = aᵀ·aᵀ.
+        c = to_jax_array(be, pc, (8, 8), "float64")
+        np.testing.assert_allclose(np.asarray(c), np.asarray(a).T @ np.asarray(a).T,
+                                   rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(z + 0), np.exp(np.asarray(x)), rtol=1e-6)
+
+
+@pytest.mark.cuda_interpret
+def test_interpreted_missing_ordinal_is_a_missing_gpu(interp_mode):
+    # The interpreter has device 0 only: another ordinal behaves as a GPU that is not there.
+    be = CudaBackend(1, interpret=True)
+    be.init()
+    assert be.is_initialized() and not be.has_device and be.stream == 0
+    be.synchronize()
+    with pytest.raises(DeviceError) as caught:
+        be.alloc(16)
+    assert caught.value.name == "CUDA_ERROR_INVALID_DEVICE", caught.value
+    be.close()
+
+
+@pytest.mark.cuda_interpret
+def test_interpreted_fresh_memory_is_poisoned(interp_mode):
+    # Fresh device memory reads as 0xff bytes (NaN), and the order of checks holds.
+    with CudaBackend(interpret=True) as be:
+        p = be.alloc(16)
+        out = np.zeros(4, np.float32)
+        be.copy_dtoh(out, p)
+        assert (out.view(np.uint32) == 0xFFFFFFFF).all()
+        with pytest.raises(InvalidArgument, match="past the end"):
+            be.unary("exp", p, p, 5)
+        assert "interpret=True" in repr(be)
+    with pytest.raises(InvalidArgument, match="interpret must be True or False"):
+        CudaBackend(interpret=1)
+
+
+def test_interpret_without_the_interpreter(monkeypatch):
+    # A build without the interpreter (no CUDA toolkit at build time): a clear error.
+    from oxijax import _interpret
+
+    def absent():
+        raise ImportError("this build of oxijax has no CUDA interpreter")
+
+    monkeypatch.setattr(_interpret, "module", absent)
+    with pytest.raises(Unsupported, match=r"interpret=True.*no CUDA interpreter"):
+        CudaBackend(interpret=True)
+    assert not CudaBackend().interpreted  # the GPU mode does not need it

@@ -87,4 +87,15 @@ template <typename T>
 cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& shape, const T* x,
                                    const T* dy, T* dw, void* workspace);
 
+// ---------------------------------------------------------------- ptx.h probes
+// One warp applies one group of ptx.h's instructions to kProbeWords words (device
+// memory) and writes kProbeWords words: the hardware-versus-interpreter test's kernel
+// (ptx_probe_kernels.cu documents each probe's layout).
+enum class PtxProbe : int32_t {
+  kCpAsync = 0, kLdmatrix, kLdmatrixTrans, kMmaF16, kMmaBf16, kMmaTf32, kMmaF64, kConvert,
+  kStShared
+};
+inline constexpr int kProbeWords = 1024;
+cudaError_t ptx_probe(cudaStream_t stream, PtxProbe probe, const uint32_t* in, uint32_t* out);
+
 }  // namespace oxijax::cuda

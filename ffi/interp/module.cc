@@ -16,6 +16,7 @@
 #include "handlers.h"
 #include "memory.h"
 #include "planted.h"
+#include "ptx_probe.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -84,6 +85,10 @@ NB_MODULE(_oxijax_interp, m) {
     }
     return nb::make_tuple(r.status, r.report, r.output);
   }, "name"_a, "buggy"_a, "Runs a planted-bug case: (status, report, output).");
+
+  m.def("ptx_probe", &oxijax::bindings::run_ptx_probe, "probe"_a, "words"_a,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Runs ptx.h probe `probe` in the interpreter: 1024 words in, 1024 words out.");
 
   // The pointer backend's CUDA device on the interpreter; driver failures raise
   // oxijax._oxijax.backend.DriverError like the real device's.

@@ -178,6 +178,23 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   return cudaSuccess;
 }
 
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  *ptr = oxijax::interp::device_alloc(bytes, "a cudaMalloc of " + std::to_string(bytes) + " bytes");
+  return *ptr ? cudaSuccess : ix::set_error(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr != nullptr) oxijax::interp::device_free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+
+// Launches ran when they were made: nothing is outstanding.
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
   std::string why;
   if (!ix::host_access(ptr, bytes, true, false, why))

@@ -6,10 +6,14 @@
 #include <nanobind/stl/vector.h>
 
 #include "backend/bindings.h"
+#ifdef OXIJAX_WITH_CUDA
+#include "ptx_probe.h"
+#endif
 #include "handlers.h"
 #include "xla/ffi/api/c_api.h"
 
 namespace nb = nanobind;
+using namespace nb::literals;
 namespace bindings = oxijax::bindings;
 
 namespace {
@@ -69,5 +73,11 @@ NB_MODULE(_oxijax, m) {
     return info;
   }, "How this extension was built: CUDA support, architectures, FFI API version.");
 
+#ifdef OXIJAX_WITH_CUDA
+  m.def("ptx_probe", &bindings::run_ptx_probe, "probe"_a, "words"_a,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Runs ptx.h probe `probe` (cuda/kernels.h PtxProbe) on the current GPU: 1024 words "
+        "in, 1024 words out.");
+#endif
   oxijax::backend::bind_backend(m);
 }

@@ -1,9 +1,10 @@
-"""CudaBackend: the GPU's primary context (shared with JAX), driven from Python."""
+"""CudaBackend: the GPU's primary context (shared with JAX), driven from Python; or,
+with ``interpret=True``, the same C++ device class on the CUDA interpreter."""
 
 from __future__ import annotations
 
 from oxijax import _oxijax
-from oxijax.backend._errors import DeviceError, from_driver
+from oxijax.backend._errors import DeviceError, InvalidArgument, Unsupported, from_driver
 from oxijax.backend._pointer import PointerBackend
 from oxijax.backend import _checks as checks
 
@@ -26,19 +27,49 @@ class _DeviceMemory:
             pass
 
 
+def _interpreted_device_class():
+    """``oxijax._oxijax_interp.backend.CudaDevice``; Unsupported when this build has no
+    CUDA interpreter (it is built with the CUDA kernels, when nvcc is found)."""
+    from oxijax import _interpret
+
+    try:
+        return _interpret.module().backend.CudaDevice
+    except ImportError as error:
+        raise Unsupported(
+            "CudaBackend(interpret=True) needs the CUDA interpreter (oxijax._oxijax_interp), "
+            f"which this build of oxijax lacks ({error})") from error
+
+
 class CudaBackend(PointerBackend):
     """Device `device` (a CUDA ordinal as the process sees it, 0 by default).
 
     init() retains the device's primary context and never fails: without a GPU, driver
     or CUDA build, device work raises DeviceError and synchronize() is a no-op.
     close() (or leaving ``with CudaBackend() as be:``) frees what is left and releases
-    the context once; it never resets the device."""
+    the context once; it never resets the device.
+
+    ``interpret=True`` runs the same device class (ffi/backend/cuda_device.cc), with the
+    same CUDA kernels and launchers, on the CUDA interpreter (``oxijax._interpret``)
+    instead of a GPU: device memory is host memory between redzones (fresh bytes 0xff),
+    there is one device, ordinal 0 (another ordinal behaves like a missing GPU: init()
+    succeeds, device work raises DeviceError), with an H200's memory size for mem_info(),
+    and its stream runs work at once. Every access of every CUDA thread is checked: an
+    out-of-bounds, racy, uninitialised or misaligned access stops the kernel and the op
+    raises DeviceError whose message holds the interpreter's report (kernel, thread,
+    source line; also in ``oxijax._oxijax_interp.take_reports()``). Same checks, errors
+    and lifetime as on a GPU; slow, so for tests on small shapes. Needs no GPU, but a
+    build with the interpreter: without it the constructor raises Unsupported. JAX never
+    sees this memory as GPU memory (import_jax_array copies in, to_jax_array copies out)."""
 
     _kind = "cuda"
 
-    def __init__(self, device: int = 0) -> None:
+    def __init__(self, device: int = 0, *, interpret: bool = False) -> None:
         super().__init__()
         self._ordinal = checks.count(device, "device")
+        if not isinstance(interpret, bool):
+            raise InvalidArgument(f"interpret must be True or False; got {interpret!r}")
+        self._interpret = interpret
+        self._device_class = _interpreted_device_class() if interpret else None
         self._unavailable: DeviceError | None = None
 
     @property
@@ -47,8 +78,13 @@ class CudaBackend(PointerBackend):
 
     @property
     def has_device(self) -> bool:
-        """Whether init() found a usable GPU (device work can run)."""
+        """Whether init() found a usable GPU (or, interpreted, the interpreter's device)."""
         return self._initialized and self._device is not None
+
+    @property
+    def interpreted(self) -> bool:
+        """Whether the device is the CUDA interpreter's (``interpret=True``), not a GPU."""
+        return self._interpret
 
     @property
     def stream(self) -> int:
@@ -61,12 +97,19 @@ class CudaBackend(PointerBackend):
         return self._call(self._dev().mem_info)
 
     def __repr__(self) -> str:
-        return (f"CudaBackend(device={self._ordinal}, initialized={self._initialized}, "
-                f"has_device={self._device is not None}, "
+        interpret = ", interpret=True" if self._interpret else ""
+        return (f"CudaBackend(device={self._ordinal}{interpret}, "
+                f"initialized={self._initialized}, has_device={self._device is not None}, "
                 f"live_allocations={len(self._tracker)})")
 
     def _start(self) -> None:
         self._unavailable = None
+        if self._interpret:
+            try:
+                self._device = self._device_class(self._ordinal)
+            except _native.DriverError as error:
+                self._unavailable = from_driver(error)
+            return
         if not _native.cuda_built:
             self._unavailable = DeviceError("oxijax was built without CUDA kernels", -2,
                                             "OXIJAX_BUILT_WITHOUT_CUDA")

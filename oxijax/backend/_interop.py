@@ -21,7 +21,7 @@ _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 def _same_place(backend, device) -> bool:
     if isinstance(backend, CpuBackend):
         return device.platform == "cpu"
-    if isinstance(backend, CudaBackend) and backend.has_device:
+    if isinstance(backend, CudaBackend) and backend.has_device and not backend.interpreted:
         hardware_id = getattr(device, "local_hardware_id", None)
         return device.platform == "gpu" and (
             hardware_id if hardware_id is not None else device.id) == backend.device
@@ -73,7 +73,9 @@ def to_jax_array(backend, ptr: int, shape, dtype="float32") -> jax.Array:
     owner = backend._tracker.find(ptr, nbytes, "ptr").owners[-1]
     backend.synchronize()
     if isinstance(backend, CudaBackend):
-        where = (_DLPACK_CUDA, backend.device) if backend.has_device else None
+        # The interpreter's device memory is host memory that no JAX client owns: copied.
+        usable = backend.has_device and not backend.interpreted
+        where = (_DLPACK_CUDA, backend.device) if usable else None
     else:
         where = (_DLPACK_CPU, 0)
     if where is not None:
