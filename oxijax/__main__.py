@@ -29,6 +29,9 @@ def info() -> None:
     print(f"  CPU kernels: {build['cpu_flags']}")
     cuda = build["cuda_architectures"] if build["cuda"] else "not built"
     print(f"  CUDA kernels: {cuda}")
+    from oxijax import _interpret
+
+    print(f"  CUDA interpreter: {'built' if _interpret.available() else 'not built'}")
     print(f"  devices: {', '.join(str(d) for d in jax.devices())}")
     for platform, targets in oxijax.REGISTERED_TARGETS.items():
         print(f"  FFI targets on {platform}: {', '.join(sorted(targets))}")

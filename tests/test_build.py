@@ -32,6 +32,11 @@ def test_cuda_kernels_are_built_and_registered():
     requested = os.environ.get("OXIJAX_CUDA_ARCHITECTURES", "80-real;90-real;90-virtual")
     assert oxijax.BUILD_INFO["cuda_architectures"].split() == requested.split(";")
     assert sorted(oxijax.REGISTERED_TARGETS["cuda"]) == sorted(f"oxijax_{op}" for op in OPS)
+    # The CUDA interpreter is built with the CUDA kernels; its handlers are CPU targets.
+    from oxijax import _interpret
+
+    registered = _interpret.module().registrations()["cpu"]
+    assert sorted(registered) == sorted(f"oxijax_interp_{op}" for op in OPS)
 
 
 def test_build_info():
