@@ -181,3 +181,74 @@ def test_attention_with_a_scale_below_float_range(interpreter, dtype, causal):
     assert any("attention_mma_kernel" in name for name in interpreter.take_launched_kernels())
     expected = attention_reference(f64(q), f64(k), f64(v), 0.0, causal)
     assert_close(out, expected, dtype, factor=2.0)
+
+
+# Error handling of the launchers, with failures injected where the GPU's runtime could
+# fail (cudaError_t values as in driver_types.h).
+INVALID_CONFIGURATION, OUT_OF_RESOURCES, INVALID_VALUE = 9, 701, 1
+
+
+def test_a_failed_launch_reaches_python_with_its_report(interpreter):
+    x = random((1000,), jnp.float32, 1)
+    interpreter.inject_failure("launch", OUT_OF_RESOURCES)
+    with pytest.raises(Exception, match=r"(?s)cudaErrorLaunchOutOfResources.*unary_kernel.*"
+                                         r"injected launch failure"):
+        jax.block_until_ready(jax.jit(oxijax.exp)(x))
+    # No stale error: the next launch works.
+    assert_close(jax.jit(oxijax.tanh)(x), np.tanh(f64(x)), jnp.float32, scale=0.0, factor=2.0)
+
+
+def test_sm_count_failure_leaves_no_error_behind(interpreter):
+    """Review defect: sm_count()/resident_blocks() cleared errors with cudaGetLastError,
+    which could swallow (or leave) a launcher's error. A failed device query now falls
+    back to 132 SMs, clears only its own error, and the launch succeeds."""
+    x = random((5000,), jnp.float32, 2)
+    interpreter.inject_failure("cudaGetDevice", INVALID_VALUE)
+    assert_close(jax.jit(oxijax.exp)(x), np.exp(f64(x)), jnp.float32, scale=0.0, factor=2.0)
+    assert_close(jax.jit(oxijax.relu)(x), np.maximum(f64(x), 0), jnp.float32, scale=0.0)
+
+
+@pytest.mark.parametrize("api,dim", [("cudaDeviceGetAttribute", 64), ("cudaFuncSetAttribute", 128)])
+def test_attention_attribute_failure_is_not_left_stale(interpreter, api, dim):
+    """Review defect: the attention launcher returned a device-attribute error without
+    clearing it, so the next launcher reported it. The failing call raises; the next one
+    (any op) succeeds."""
+    q = random((1, 1, 20, dim), jnp.float16, 1)
+    interpreter.inject_failure(api, INVALID_VALUE)
+    with pytest.raises(Exception, match="cudaErrorInvalidValue"):
+        jax.block_until_ready(jax.jit(oxijax.attention)(q, q, q))
+    x = random((300,), jnp.float32, 3)
+    assert_close(jax.jit(oxijax.sqrt)(jnp.abs(x)), np.sqrt(np.abs(f64(x))), jnp.float32,
+                 scale=0.0, factor=2.0)
+    out = jax.jit(oxijax.attention)(q, q, q)
+    assert_close(out, attention_reference(q, q, q, 1 / np.sqrt(dim), False), jnp.float16,
+                 factor=2.0)
+
+
+@pytest.mark.parametrize("runtime_error,driver_code,driver_name", [
+    (INVALID_CONFIGURATION, 1, "CUDA_ERROR_INVALID_VALUE"),
+    (OUT_OF_RESOURCES, 701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"),
+])
+def test_backend_launch_failures_report_the_driver_code(interp, runtime_error, driver_code,
+                                                        driver_name):
+    """Review defect: the pointer backend put a cudaError_t where it promises the driver's
+    CUresult. On the interpreted device, an injected launch failure must surface as the
+    CUresult of the same meaning (its runtime name stays in the message)."""
+    from oxijax._extension import _oxijax
+
+    device = interp.backend.CudaDevice(0)
+    try:
+        x = device.alloc(4 * 64)
+        host = np.arange(64, dtype=np.float32)
+        device.htod(x, host.ctypes.data, host.nbytes)
+        interp.inject_failure("launch", runtime_error)
+        with pytest.raises(_oxijax.backend.DriverError) as failure:
+            device.unary(2, 3, x, x, 64)
+        code, name, message = failure.value.args
+        assert (code, name) == (driver_code, driver_name)
+        assert "cudaError" in message
+        device.unary(2, 3, x, x, 64)  # the device stays usable
+        device.free(x)
+    finally:
+        interp.inject_failure("launch", 0, 0)
+        device.close()

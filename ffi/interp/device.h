@@ -48,4 +48,11 @@ std::vector<std::string> take_reports();
 std::vector<std::string> take_launched_kernels();
 std::vector<LaunchRecord> take_launch_log();
 
+// Fault injection, for tests of the launchers' error handling: the next `count` calls of
+// `api` ("launch", "cudaDeviceGetAttribute", "cudaFuncSetAttribute", "cudaGetDevice",
+// "cudaMemsetAsync") fail with `status` as the GPU's runtime would report it.
+void inject_failure(const std::string& api, cudaError_t status, int count);
+// The injected status for one call of `api` (cudaSuccess when none is pending).
+cudaError_t injected_failure(const char* api);
+
 }  // namespace oxijax::interp

@@ -75,6 +75,12 @@ NB_MODULE(_oxijax_interp, m) {
   }, "The launches since the last call: (kernel, grid, block, dynamic shared bytes).");
   m.def("set_execute", &ix::set_execute_launches, "execute"_a,
         "False: launches are checked and logged but run nothing (launch-configuration tests).");
+  m.def("inject_failure", [](const std::string& api, int status, int count) {
+    ix::inject_failure(api, cudaError_t(status), count);
+  }, "api"_a, "status"_a, "count"_a = 1,
+     "The next `count` calls of `api` ('launch', 'cudaDeviceGetAttribute', "
+     "'cudaFuncSetAttribute', 'cudaGetDevice', 'cudaMemsetAsync') fail with cudaError_t "
+     "`status` (0 clears).");
   m.def("device_bytes_in_use", &ix::device_bytes_in_use);
   m.def("planted_cases", &ix::planted_cases);
   m.def("run_planted", [](const std::string& name, bool buggy) {

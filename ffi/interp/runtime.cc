@@ -230,6 +230,8 @@ cudaError_t launch_erased(const void* kernel, dim3 grid, dim3 block, size_t shar
     return finish_launch(launch, configuration_error(launch, cudaErrorNotSupported,
                                                      "a launch from device code"));
   if (check_configuration(launch) != cudaSuccess) return finish_launch(launch, launch.status);
+  if (const cudaError_t injected = injected_failure("launch"))
+    return finish_launch(launch, configuration_error(launch, injected, "injected launch failure"));
 
   HostThread& host = tls_host;
   if (!host.arena) {

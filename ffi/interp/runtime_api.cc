@@ -27,6 +27,7 @@ std::vector<std::string> g_reports;
 std::vector<Launch> g_launched;
 std::atomic<bool> g_execute{true};
 std::map<const void*, size_t> g_dynamic_limit;
+std::map<std::string, std::pair<cudaError_t, int>> g_injected;
 
 cudaError_t set_error(cudaError_t status, std::string report) {
   tls_last_error = status;
@@ -58,6 +59,19 @@ const char* description(cudaError_t e) {
 }
 
 }  // namespace
+
+void inject_failure(const std::string& api, cudaError_t status, int count) {
+  std::lock_guard lock(g_mu);
+  g_injected[api] = {status, count};
+}
+
+cudaError_t injected_failure(const char* api) {
+  std::lock_guard lock(g_mu);
+  auto it = g_injected.find(api);
+  if (it == g_injected.end() || it->second.second <= 0) return cudaSuccess;
+  --it->second.second;
+  return it->second.first;
+}
 
 size_t dynamic_shared_limit(const void* kernel) {
   std::lock_guard lock(g_mu);
@@ -147,11 +161,15 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaGetDevice(int* device) {
+  if (const cudaError_t e = ix::injected_failure("cudaGetDevice"))
+    return ix::set_error(e, "injected cudaGetDevice failure");
   *device = 0;
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (const cudaError_t e = ix::injected_failure("cudaDeviceGetAttribute"))
+    return ix::set_error(e, "injected cudaDeviceGetAttribute failure");
   if (device != 0)
     return ix::set_error(cudaErrorInvalidDevice, "the interpreter has one device, 0");
   const auto& d = ix::kDevice;
@@ -196,6 +214,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  if (const cudaError_t e = ix::injected_failure("cudaMemsetAsync"))
+    return ix::set_error(e, "injected cudaMemsetAsync failure");
   std::string why;
   if (!ix::host_access(ptr, bytes, true, false, why))
     return ix::set_error(cudaErrorInvalidValue, "cudaMemsetAsync: " + why);
@@ -216,6 +236,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaFuncSetAttribute_untyped(const void* func, cudaFuncAttribute attr, int value) {
+  if (const cudaError_t e = ix::injected_failure("cudaFuncSetAttribute"))
+    return ix::set_error(e, "injected cudaFuncSetAttribute failure");
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
     if (value < 0 || size_t(value) > ix::kDevice.max_shared_optin)
       return ix::set_error(cudaErrorInvalidValue,
