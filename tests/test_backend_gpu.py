@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import jax.numpy as jnp
 import numpy as np
@@ -40,13 +41,19 @@ MODES = [pytest.param("gpu", marks=pytest.mark.gpu, id="gpu"),
 
 
 @contextlib.contextmanager
-def clean_interpreter():
-    """The interpreter module (skips without one); the block must leave no interpreter
-    report (a failed launch) and no interpreted device memory behind."""
+def clean_interpreter(test_id: str):
+    """The interpreter module (skips without one), its threads and blocks shuffled with a
+    seed of the test's own; the block must leave no interpreter report (a failed launch)
+    and no interpreted device memory behind."""
     interp = require_interpreter()
     interp.take_reports()
     in_use = interp.device_bytes_in_use()
-    yield interp
+    previous = interp.schedule()
+    interp.set_schedule("shuffle", zlib.crc32(test_id.encode()))
+    try:
+        yield interp
+    finally:
+        interp.set_schedule(*previous)
     reports = interp.take_reports()
     assert not reports, "CUDA interpreter reports:\n" + "\n\n".join(reports)
     assert interp.device_bytes_in_use() == in_use, "interpreted device memory left allocated"
@@ -59,14 +66,14 @@ def mode(request):
         request.getfixturevalue("gpu")
         yield "gpu"
     else:
-        with clean_interpreter():
+        with clean_interpreter(request.node.nodeid):
             yield "interpret"
 
 
 @pytest.fixture
-def interp_mode():
+def interp_mode(request):
     """interpret mode's checks, for the tests that exist only in interpret mode."""
-    with clean_interpreter() as interp:
+    with clean_interpreter(request.node.nodeid) as interp:
         yield interp
 
 

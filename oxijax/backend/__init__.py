@@ -7,6 +7,9 @@ take them with the trait's arguments, in the trait's order::
     with default_backend() as be:            # CudaBackend with a GPU, else CpuBackend
         ptr = be.alloc(4 * 8)
         ...
+
+``CudaBackend(interpret=True)`` is the same CUDA device code on the CUDA interpreter, no
+GPU needed: every kernel access checked, for tests on small shapes (see CudaBackend).
 """
 
 from oxijax._enums import BinaryOp, ReduceOp, Transpose, UnaryOp
