@@ -82,7 +82,10 @@ def target(request):
     """The GPU (the `gpu` fixture's skips), or the CPU through the CUDA interpreter."""
     if request.param == "gpu":
         return Target(request.getfixturevalue("gpu"))
-    return Target(jax.devices("cpu")[0], require_interpreter())
+    interp = require_interpreter()
+    interp.take_launched_kernels()  # earlier tests' launches (the log is per process)
+    interp.take_reports()
+    return Target(jax.devices("cpu")[0], interp)
 
 
 def cases(names, full, quick, slow=None):
