@@ -152,9 +152,24 @@ void for_each_accumulator(Fn&& fn) {
   }
 }
 
+// D = A * B + C over the lanes' m16n8 float32 accumulators: the products exact, summed
+// with C in double, rounded once.
+template <int K>
+void accumulate(void* const* records, const double (&a)[16][K], const double (&b)[K][8]) {
+  double c[16][8];
+  for_each_accumulator([&](int lane, int i, int row, int col) {
+    c[row][col] = static_cast<const MmaRecord*>(records[lane])->d[i];
+  });
+  for_each_accumulator([&](int lane, int i, int row, int col) {
+    double sum = c[row][col];
+    for (int k = 0; k < K; ++k) sum += a[row][k] * b[k][col];
+    static_cast<const MmaRecord*>(records[lane])->d[i] = float(sum);
+  });
+}
+
 template <bool kBf16>
 void mma_16816_complete(void* const* records, uint32_t, const void*) {
-  double a[16][16], b[16][8], c[16][8];
+  double a[16][16], b[16][8];
   for (int lane = 0; lane < 32; ++lane) {
     const auto* r = static_cast<const MmaRecord*>(records[lane]);
     const int g = lane / 4, t = lane % 4;
@@ -167,20 +182,13 @@ void mma_16816_complete(void* const* records, uint32_t, const void*) {
       b[2 * t + 8 + h][g] = widen(b16(r->b[1], h), kBf16);
     }
   }
-  for_each_accumulator([&](int lane, int i, int row, int col) {
-    c[row][col] = static_cast<const MmaRecord*>(records[lane])->d[i];
-  });
-  for_each_accumulator([&](int lane, int i, int row, int col) {
-    double sum = c[row][col];
-    for (int k = 0; k < 16; ++k) sum += a[row][k] * b[k][col];
-    static_cast<const MmaRecord*>(records[lane])->d[i] = float(sum);
-  });
+  accumulate(records, a, b);
 }
 
 void mma_1688_tf32_complete(void* const* records, uint32_t, const void*) {
   // tf32 operands: the 19 high bits of each register (the low 13 are ignored).
   auto tf32 = [](uint32_t bits) { return double(as_float(bits & 0xffffe000u)); };
-  double a[16][8], b[8][8], c[16][8];
+  double a[16][8], b[8][8];
   for (int lane = 0; lane < 32; ++lane) {
     const auto* r = static_cast<const MmaRecord*>(records[lane]);
     const int g = lane / 4, t = lane % 4;
@@ -191,14 +199,7 @@ void mma_1688_tf32_complete(void* const* records, uint32_t, const void*) {
     b[t][g] = tf32(r->b[0]);
     b[t + 4][g] = tf32(r->b[1]);
   }
-  for_each_accumulator([&](int lane, int i, int row, int col) {
-    c[row][col] = static_cast<const MmaRecord*>(records[lane])->d[i];
-  });
-  for_each_accumulator([&](int lane, int i, int row, int col) {
-    double sum = c[row][col];
-    for (int k = 0; k < 8; ++k) sum += a[row][k] * b[k][col];
-    static_cast<const MmaRecord*>(records[lane])->d[i] = float(sum);
-  });
+  accumulate(records, a, b);
 }
 
 struct MmaF64Record {
