@@ -5,17 +5,19 @@
 //
 // Two kernels:
 //
-// * Tensor-core path (float16 / bfloat16, head_dim 64 or 128, 16-byte aligned
-//   pointers, sm_80+). One CTA of 4 warps per (b*h, 64 query rows); warp w owns rows
-//   16w..16w+15. The Q tile is loaded once (cp.async) and kept in registers as
-//   mma A fragments. K/V tiles of 64 keys are double buffered in shared memory by
-//   cp.async (tile t+1 loads while tile t computes). S = Q.K^T and O += P.V use
-//   mma.sync.m16n8k16 (float32 accumulate); P is rounded to the input type for the
-//   second product, as FlashAttention-2 does. Each thread holds rows g and g+8 of its
-//   warp (g = lane/4) across the 4 lanes of a quad: the block max is reduced over the
-//   quad with shuffles, the running sums stay per thread and are summed once at the
-//   end. Shared tiles are XOR-swizzled (16-byte chunk c of row r lives at chunk
-//   c ^ (r & 7)) so that cp.async stores and ldmatrix loads are bank-conflict free.
+// * Tensor-core path (float16 / bfloat16, head_dim a multiple of 8 up to 256, 16-byte
+//   aligned pointers, sm_80+; mma_tile.h). The head dim is padded to 64, 128, 192 or 256
+//   in shared memory (zero columns, skipped k-steps). One CTA of 4 warps per (b*h, 64
+//   query rows); warp w owns rows 16w..16w+15. The Q tile is loaded once (cp.async) and,
+//   up to head dim 128, kept in registers as mma A fragments. K/V tiles of 64 keys (32
+//   above head dim 128, where the output accumulators take 128 registers) are double
+//   buffered in shared memory by cp.async (tile t+1 loads while tile t computes).
+//   S = Q.K^T and O += P.V use mma.sync.m16n8k16 (float32 accumulate); P is rounded to
+//   the input type for the second product, as FlashAttention-2 does. Each thread holds
+//   rows g and g+8 of its warp (g = lane/4) across the 4 lanes of a quad: the block max
+//   is reduced over the quad with shuffles, the running sums stay per thread and are
+//   summed once at the end. Shared tiles are XOR-swizzled (mma_tile.h) so that cp.async
+//   stores and ldmatrix loads are bank-conflict free.
 //   Causal: key tiles past the block's last visible key are never loaded; only tiles
 //   that reach past a warp's first row's key_end are masked; a warp skips tiles that
 //   none of its rows can see. Exponentials use ex2.approx on the score scaled by
@@ -50,6 +52,7 @@
 #include "convert.h"
 #include "kernels.h"
 #include "launch.h"
+#include "mma_tile.h"
 #include "oxijax/math.h"
 #include "ptx.h"
 
@@ -83,57 +86,45 @@ __device__ __forceinline__ int key_end(int seq_q, int seq_kv, bool causal, int64
 // ============================================================== tensor-core path
 
 constexpr int kMmaRows = 64;     // query rows per CTA (4 warps x 16)
-constexpr int kMmaKeys = 64;     // keys per K/V tile
 constexpr int kMmaThreads = 128;
 
-template <int D> constexpr size_t mma_smem_bytes() {
-  return size_t(5) * kMmaRows * D * sizeof(uint16_t);  // Q + 2 x K + 2 x V tiles
+// Keys per K/V tile: 32 above head dim 128, where the output accumulators take 128
+// registers per thread; Q fragments stay in registers up to head dim 128 and are
+// reloaded from shared memory per k-step above it.
+template <int D> constexpr int kMmaKeys = D <= 128 ? 64 : 32;
+template <int D> constexpr bool kQInRegisters = D <= 128;
+
+template <int D> constexpr size_t mma_smem_bytes() {  // Q + 2 x K + 2 x V tiles
+  return (size_t(kMmaRows) + 4 * kMmaKeys<D>) * D * sizeof(uint16_t);
 }
 
-// Element offset of 16-byte chunk `chunk` of row `row` in a [64][D] b16 tile.
-template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
-  static_assert(D % 64 == 0, "the swizzle needs at least 8 chunks per row");
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
-
-// cp.async a [64][D] tile of rows row0.. of a [rows][D] matrix into swizzled shared
-// memory at dst; rows at or past `rows` are zero-filled.
-template <int D>
-__device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* __restrict__ src,
-                                          int row0, int rows, int tid) {
-  constexpr int kChunks = D / 8;
-  constexpr int kIters = kMmaRows * kChunks / kMmaThreads;
-  static_assert(kMmaRows * kChunks % kMmaThreads == 0, "tile chunks per thread");
-#pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const int idx = tid + i * kMmaThreads;
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool ok = row0 + r < rows;
-    const uint16_t* g = ok ? src + (int64_t(row0 + r) * D + c * 8) : src;
-    ptx::cp_async<16>(dst + 2u * uint32_t(swz<D>(r, c)), g, ok ? 16 : 0);
-  }
-}
-
-template <bool kBf16, int D>
+// D: the padded head dim in 16-bit units (twice the float32 columns for TF32).
+template <mma_tile::MmaInput kIn, int D>
 __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
     attention_mma_kernel(const AttnParams p, const uint16_t* __restrict__ q,
                          const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
                          uint16_t* __restrict__ out, float* __restrict__ lse) {
-  constexpr int kTile = kMmaRows * D;  // elements of one tile
+  using namespace mma_tile;
+  constexpr bool kTf32 = kIn == MmaInput::kTF32;
+  constexpr bool kBf16 = kIn == MmaInput::kBF16;
+  constexpr int kKeys = kMmaKeys<D>;
+  constexpr int kKVTile = kKeys * D;     // 16-bit units of one K or V tile
   constexpr int kChunks = D / 8;
-  constexpr int kDSteps = D / 16;        // k-steps of S = Q.K^T; d-tile pairs of P.V
-  constexpr int kNTiles = kMmaKeys / 8;  // n8 tiles of S
+  constexpr int kDSteps = D / 16;        // k-steps of S = Q.K^T
+  constexpr int kOTiles = kTf32 ? D / 16 : D / 8;  // n8 tiles of the output columns
+  constexpr int kNTiles = kKeys / 8;     // n8 tiles of S
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
   OXIJAX_DYNAMIC_SHARED(smem_raw, 128);
   uint16_t* const s_q = reinterpret_cast<uint16_t*>(smem_raw);  // [64][D], later O staging
   const uint32_t q_addr = ptx::shared_address(s_q);
-  const uint32_t k_addr = q_addr + 2u * kTile;  // [2][64][D]
-  const uint32_t v_addr = k_addr + 4u * kTile;  // [2][64][D]
+  const uint32_t k_addr = q_addr + 2u * kMmaRows * D;  // [2][kKeys][D]
+  const uint32_t v_addr = k_addr + 4u * kKVTile;       // [2][kKeys][D]
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, tq = lane & 3;  // mma groupID, thread in group
   const int seq_q = p.seq_q, seq_kv = p.seq_kv;
+  const int dim = kTf32 ? 2 * p.dim : p.dim;  // 16-bit units per row
   const bool causal = p.causal != 0;
 
   for (int64_t task = blockIdx.x; task < p.tasks; task += gridDim.x) {
@@ -142,55 +133,59 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
     const int qi = int(task % p.q_blocks);
     const int qb = causal ? p.q_blocks - 1 - qi : qi;  // causal: longest blocks first
     const int m0 = qb * kMmaRows;
-    const uint16_t* qg = q + bh * seq_q * int64_t(D);
-    const uint16_t* kg = k + bh * seq_kv * int64_t(D);
-    const uint16_t* vg = v + bh * seq_kv * int64_t(D);
+    const uint16_t* qg = q + bh * seq_q * int64_t(dim);
+    const uint16_t* kg = k + bh * seq_kv * int64_t(dim);
+    const uint16_t* vg = v + bh * seq_kv * int64_t(dim);
 
     // Keys [0, kv_end) cover every real row of the block (key_end is non-decreasing).
     const int kv_end = key_end(seq_q, seq_kv, causal, min(m0 + kMmaRows - 1, seq_q - 1));
-    const int n_tiles = (kv_end + kMmaKeys - 1) / kMmaKeys;
+    const int n_tiles = (kv_end + kKeys - 1) / kKeys;
     const int wrow0 = m0 + warp * 16;
     const bool warp_live = wrow0 < seq_q;
     const int warp_kv_min = key_end(seq_q, seq_kv, causal, wrow0);  // no mask needed below it
     const int warp_kv_max = warp_live ? key_end(seq_q, seq_kv, causal, min(wrow0 + 15, seq_q - 1)) : 0;
     const int kend[2] = {key_end(seq_q, seq_kv, causal, wrow0 + g), key_end(seq_q, seq_kv, causal, wrow0 + g + 8)};
 
-    float o[2 * kDSteps][4];
+    float o[kOTiles][4];
 #pragma unroll
-    for (int n = 0; n < 2 * kDSteps; ++n)
+    for (int n = 0; n < kOTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
     OnlineSoftmax<float> os[2];  // rows g and g + 8 (this thread's share of the quad)
 
     if (n_tiles > 0) {
-      load_tile<D>(q_addr, qg, m0, seq_q, tid);
+      load<kMmaRows, D, kMmaThreads>(q_addr, qg, m0, seq_q, dim, tid);
       ptx::cp_async_commit();
-      load_tile<D>(k_addr, kg, 0, seq_kv, tid);
-      load_tile<D>(v_addr, vg, 0, seq_kv, tid);
+      load<kKeys, D, kMmaThreads>(k_addr, kg, 0, seq_kv, dim, tid);
+      load<kKeys, D, kMmaThreads>(v_addr, vg, 0, seq_kv, dim, tid);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();  // the Q group is done
       __syncthreads();
 
-      uint32_t qf[kDSteps][4];  // A fragments of the warp's 16 rows
+      // A fragments of the warp's 16 rows (reloaded per k-step when not kept here).
+      uint32_t qf[kQInRegisters<D> ? kDSteps : 1][4];
+      if constexpr (kQInRegisters<D>) {
 #pragma unroll
-      for (int kk = 0; kk < kDSteps; ++kk)
-        ptx::ldmatrix_x4(qf[kk], q_addr + 2u * uint32_t(swz<D>(warp * 16 + (lane & 15),
-                                                              2 * kk + (lane >> 4))));
+        for (int kk = 0; kk < kDSteps; ++kk) {
+          load_a<D>(qf[kk], q_addr, warp * 16, kk, lane);
+          if constexpr (kTf32) round_tf32(qf[kk]);
+        }
+      }
 
       for (int t = 0; t < n_tiles; ++t) {
-        const int n0 = t * kMmaKeys;
-        const uint32_t stage_off = 2u * uint32_t(kTile) * uint32_t(t & 1);
+        const int n0 = t * kKeys;
+        const uint32_t stage_off = 2u * uint32_t(kKVTile) * uint32_t(t & 1);
         if (t + 1 < n_tiles) {  // prefetch tile t+1 into the other stage
-          const uint32_t next_off = 2u * uint32_t(kTile) * uint32_t((t + 1) & 1);
-          load_tile<D>(k_addr + next_off, kg, n0 + kMmaKeys, seq_kv, tid);
-          load_tile<D>(v_addr + next_off, vg, n0 + kMmaKeys, seq_kv, tid);
+          const uint32_t next_off = 2u * uint32_t(kKVTile) * uint32_t((t + 1) & 1);
+          load<kKeys, D, kMmaThreads>(k_addr + next_off, kg, n0 + kKeys, seq_kv, dim, tid);
+          load<kKeys, D, kMmaThreads>(v_addr + next_off, vg, n0 + kKeys, seq_kv, dim, tid);
         }
         ptx::cp_async_commit();   // possibly empty: keeps one group per iteration
         ptx::cp_async_wait<1>();  // all but the newest group: tile t has landed
         __syncthreads();
 
         if (n0 < warp_kv_max) {  // warp-uniform: some row of this warp sees a key here
-          // ---- S = Q . K^T (16 x 64 per warp)
+          // ---- S = Q . K^T (16 x kKeys per warp), over the real head dim's k-steps
           float s[kNTiles][4];
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j)
@@ -199,14 +194,20 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
           const uint32_t kb = k_addr + stage_off;
 #pragma unroll
           for (int kk = 0; kk < kDSteps; ++kk) {
+            if (16 * kk < dim) {
+              uint32_t reloaded[4];
+              if constexpr (!kQInRegisters<D>) {
+                load_a<D>(reloaded, q_addr, warp * 16, kk, lane);
+                if constexpr (kTf32) round_tf32(reloaded);
+              }
+              const uint32_t(&a)[4] = kQInRegisters<D> ? qf[kk] : reloaded;
 #pragma unroll
-            for (int nb = 0; nb < kNTiles / 2; ++nb) {
-              uint32_t b[4];
-              const int key = nb * 16 + (lane & 7) + ((lane >> 4) << 3);
-              const int chunk = 2 * kk + ((lane >> 3) & 1);
-              ptx::ldmatrix_x4(b, kb + 2u * uint32_t(swz<D>(key, chunk)));
-              ptx::mma_m16n8k16<kBf16>(s[2 * nb], qf[kk], {b[0], b[1]});
-              ptx::mma_m16n8k16<kBf16>(s[2 * nb + 1], qf[kk], {b[2], b[3]});
+              for (int nb = 0; nb < kNTiles / 2; ++nb) {
+                uint32_t b[4];
+                load_b_rows<D>(b, kb, 16 * nb, kk, lane);
+                if constexpr (kTf32) round_tf32(b);
+                mma_pair<kIn>(s[2 * nb], s[2 * nb + 1], a, b);
+              }
             }
           }
 
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
           // tiles that reach past the warp's first row's key_end (warp-uniform). Masked
           // scores are dropped by selects, from the max and after the exponential, never
           // scaled as -inf: -inf * a scale that rounds to 0 in float would be NaN.
-          const bool edge = n0 + kMmaKeys > warp_kv_min;
+          const bool edge = n0 + kKeys > warp_kv_min;
           const auto masked = [&](int j, int e) {
             return n0 + 8 * j + 2 * tq + (e & 1) >= kend[e >> 1];
           };
@@ -265,7 +266,7 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
               for (int e = 2 * r; e < 2 * r + 2; ++e) sum += s[j][e];
             os[r].add(sum);  // this lane's partial row sum; lanes are summed at the end
 #pragma unroll
-            for (int n = 0; n < 2 * kDSteps; ++n) {
+            for (int n = 0; n < kOTiles; ++n) {
               o[n][2 * r] *= factor;
               o[n][2 * r + 1] *= factor;
             }
@@ -273,20 +274,40 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
 
           // ---- O += P . V (P from the S accumulators, rounded to the input type)
           const uint32_t vb = v_addr + stage_off;
+          if constexpr (kTf32) {
+            // Per 8 keys: the mma's k = t and t + 4 stand for keys 2t and 2t + 1, the
+            // columns this thread holds of P; B's rows follow (V loaded word by word:
+            // ldmatrix cannot transpose 32-bit data). Rows 2t of one chunk column fall in
+            // distinct swizzled chunks: conflict-free.
+            const unsigned char* vt = smem_raw + (vb - q_addr);
 #pragma unroll
-          for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
-            const uint32_t a[4] = {ptx::cvt_rn_pack<kBf16>(s[2 * kk][0], s[2 * kk][1]),
-                                   ptx::cvt_rn_pack<kBf16>(s[2 * kk][2], s[2 * kk][3]),
-                                   ptx::cvt_rn_pack<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   ptx::cvt_rn_pack<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            for (int j = 0; j < kNTiles; ++j) {
+              uint32_t a[4] = {__float_as_uint(s[j][0]), __float_as_uint(s[j][2]),
+                               __float_as_uint(s[j][1]), __float_as_uint(s[j][3])};
+              round_tf32(a);
+              const int key = 8 * j + 2 * tq;
 #pragma unroll
-            for (int nb = 0; nb < kDSteps; ++nb) {
-              uint32_t b[4];
-              const int key = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-              const int chunk = 2 * nb + (lane >> 4);
-              ptx::ldmatrix_x4_trans(b, vb + 2u * uint32_t(swz<D>(key, chunk)));
-              ptx::mma_m16n8k16<kBf16>(o[2 * nb], a, {b[0], b[1]});
-              ptx::mma_m16n8k16<kBf16>(o[2 * nb + 1], a, {b[2], b[3]});
+              for (int n = 0; n < kOTiles; ++n) {
+                if (16 * n < dim) {
+                  uint32_t b[2] = {load_word<D>(vt, key, 8 * n + g), load_word<D>(vt, key + 1, 8 * n + g)};
+                  round_tf32(b);
+                  ptx::mma_m16n8k8_tf32(o[n], a, b);
+                }
+              }
+            }
+          } else {
+#pragma unroll
+            for (int kk = 0; kk < kKeys / 16; ++kk) {
+              uint32_t a[4];
+              a_from_acc<kBf16>(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+              for (int nb = 0; nb < kDSteps; ++nb) {
+                if (16 * nb < dim) {
+                  uint32_t b[4];
+                  load_b_cols<D>(b, vb, 16 * kk, nb, lane);
+                  mma_pair<kIn>(o[2 * nb], o[2 * nb + 1], a, b);
+                }
+              }
             }
           }
         }
@@ -308,21 +329,26 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
     }
     __syncwarp();
 #pragma unroll
-    for (int n = 0; n < 2 * kDSteps; ++n)
+    for (int n = 0; n < kOTiles; ++n)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = warp * 16 + g + 8 * r;
-        *reinterpret_cast<uint32_t*>(s_q + swz<D>(row, n) + 2 * tq) =
-            ptx::cvt_rn_pack<kBf16>(o[n][2 * r] * norm[r], o[n][2 * r + 1] * norm[r]);
+        if constexpr (kTf32) {  // float columns 8n + 2t, 8n + 2t + 1
+          *reinterpret_cast<float2*>(s_q + swz<D>(row, 2 * n + (tq >> 1)) + 4 * (tq & 1)) =
+              make_float2(o[n][2 * r] * norm[r], o[n][2 * r + 1] * norm[r]);
+        } else {
+          *reinterpret_cast<uint32_t*>(s_q + swz<D>(row, n) + 2 * tq) =
+              ptx::cvt_rn_pack<kBf16>(o[n][2 * r] * norm[r], o[n][2 * r + 1] * norm[r]);
+        }
       }
     __syncwarp();
-    uint16_t* og = out + bh * seq_q * int64_t(D);
+    uint16_t* og = out + bh * seq_q * int64_t(dim);
 #pragma unroll
     for (int i = 0; i < 16 * kChunks / 32; ++i) {
       const int idx = i * 32 + lane;
       const int row = warp * 16 + idx / kChunks, c = idx % kChunks;
-      if (m0 + row < seq_q)
-        *reinterpret_cast<uint4*>(og + int64_t(m0 + row) * D + c * 8) =
+      if (m0 + row < seq_q && 8 * c < dim)
+        *reinterpret_cast<uint4*>(og + int64_t(m0 + row) * dim + c * 8) =
             *reinterpret_cast<const uint4*>(s_q + swz<D>(row, c));
     }
     if (tq == 0) {
@@ -602,13 +628,13 @@ inline unsigned grid_for(int64_t tasks) {
   return static_cast<unsigned>(tasks < int64_t(INT_MAX) ? tasks : int64_t(INT_MAX));
 }
 
-template <bool kBf16, int D>
+template <mma_tile::MmaInput kIn, int D>
 cudaError_t launch_mma(cudaStream_t stream, AttnParams p, int64_t bh, const void* q,
                        const void* k, const void* v, void* out, float* lse) {
   p.q_blocks = int((p.seq_q + kMmaRows - 1) / kMmaRows);
   p.d_chunks = 1;
   p.tasks = bh * p.q_blocks;
-  const auto kernel = attention_mma_kernel<kBf16, D>;
+  const auto kernel = attention_mma_kernel<kIn, D>;
   constexpr size_t smem = mma_smem_bytes<D>();
   if constexpr (smem > 48 * 1024) {
     const cudaError_t err =
@@ -618,6 +644,18 @@ cudaError_t launch_mma(cudaStream_t stream, AttnParams p, int64_t bh, const void
   return launch(kernel, grid_for(p.tasks), kMmaThreads, smem, stream, p,
                 static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k),
                 static_cast<const uint16_t*>(v), static_cast<uint16_t*>(out), lse);
+}
+
+// The tensor-core kernel for a padded head dim of `units` 16-bit units.
+template <mma_tile::MmaInput kIn>
+cudaError_t launch_mma(cudaStream_t stream, const AttnParams& p, int64_t bh, int units,
+                       const void* q, const void* k, const void* v, void* out, float* lse) {
+  switch (units) {
+    case 64: return launch_mma<kIn, 64>(stream, p, bh, q, k, v, out, lse);
+    case 128: return launch_mma<kIn, 128>(stream, p, bh, q, k, v, out, lse);
+    case 192: return launch_mma<kIn, 192>(stream, p, bh, q, k, v, out, lse);
+    default: return launch_mma<kIn, 256>(stream, p, bh, q, k, v, out, lse);
+  }
 }
 
 template <typename T>
@@ -632,13 +670,11 @@ cudaError_t launch_simt(cudaStream_t stream, AttnParams p, int64_t bh, const T* 
                 v, out, lse);
 }
 
-inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
-
 }  // namespace
 
 template <typename T>
 cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T* q, const T* k,
-                      const T* v, T* out, Acc<T>* lse) {
+                      const T* v, T* out, Acc<T>* lse, bool allow_tf32) {
   if (shape.batch <= 0 || shape.heads <= 0 || shape.seq_q <= 0) return cudaSuccess;
   if (shape.seq_kv < 0 || shape.head_dim < 0 || shape.seq_q > kMaxSeq ||
       shape.seq_kv > kMaxSeq || shape.head_dim > kMaxDim ||
@@ -657,19 +693,21 @@ cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T*
   p.scale_f = float(shape.scale);
   p.scale_log2e = float(shape.scale * kLog2e);
 
-  if constexpr (std::is_same_v<T, oxijax::half> || std::is_same_v<T, oxijax::bfloat16>) {
-    constexpr bool kBf16 = std::is_same_v<T, oxijax::bfloat16>;
-    if ((p.dim == 64 || p.dim == 128) && aligned16(q) && aligned16(k) && aligned16(v) &&
-        aligned16(out)) {
-      int device = 0, major = 0;
-      cudaError_t err = cudaGetDevice(&device);
-      if (err == cudaSuccess)
-        err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      if (err != cudaSuccess) return runtime_error(err);
-      if (major >= 8) {
-        return p.dim == 64 ? launch_mma<kBf16, 64>(stream, p, bh, q, k, v, out, lse)
-                           : launch_mma<kBf16, 128>(stream, p, bh, q, k, v, out, lse);
-      }
+  // Tensor cores: the half types, and float32 when TF32 is allowed (head_dim up to 128).
+  constexpr bool kHalf = std::is_same_v<T, oxijax::half> || std::is_same_v<T, oxijax::bfloat16>;
+  if (kHalf || (std::is_same_v<T, float> && allow_tf32)) {
+    const int64_t units = shape.head_dim * int64_t(sizeof(T) / 2);  // 16-bit units per row
+    bool tensor_cores = false;
+    if (cudaError_t err = mma_tile::tensor_cores_take(units, {q, k, v, out}, tensor_cores);
+        err != cudaSuccess)
+      return err;
+    if (tensor_cores) {
+      using mma_tile::MmaInput;
+      constexpr MmaInput kIn = std::is_same_v<T, oxijax::half>       ? MmaInput::kF16
+                               : std::is_same_v<T, oxijax::bfloat16> ? MmaInput::kBF16
+                                                                      : MmaInput::kTF32;
+      if constexpr (!std::is_same_v<T, double>)
+        return launch_mma<kIn>(stream, p, bh, mma_tile::padded_dim(units), q, k, v, out, lse);
     }
   }
   return launch_simt<T>(stream, p, bh, q, k, v, out, lse);
@@ -677,15 +715,15 @@ cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T*
 
 template cudaError_t attention<oxijax::half>(cudaStream_t, const AttentionShape&,
                                              const oxijax::half*, const oxijax::half*,
-                                             const oxijax::half*, oxijax::half*, float*);
+                                             const oxijax::half*, oxijax::half*, float*, bool);
 template cudaError_t attention<oxijax::bfloat16>(cudaStream_t, const AttentionShape&,
                                                  const oxijax::bfloat16*,
                                                  const oxijax::bfloat16*,
                                                  const oxijax::bfloat16*, oxijax::bfloat16*,
-                                                 float*);
+                                                 float*, bool);
 template cudaError_t attention<float>(cudaStream_t, const AttentionShape&, const float*,
-                                      const float*, const float*, float*, float*);
+                                      const float*, const float*, float*, float*, bool);
 template cudaError_t attention<double>(cudaStream_t, const AttentionShape&, const double*,
-                                       const double*, const double*, double*, double*);
+                                       const double*, const double*, double*, double*, bool);
 
 }  // namespace oxijax::cuda

@@ -1,0 +1,26 @@
+// The tensor-core attention backward (attention_backward_mma_kernels.cu), called by the
+// attention_backward launcher once delta is computed, for float16 / bfloat16 calls that
+// mma_tile::tensor_cores_take.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "oxijax/numeric.h"
+#include "oxijax/shapes.h"
+
+namespace oxijax::cuda {
+
+// Sequence lengths the tensor-core kernels index in 32-bit arithmetic (rows plus a tile).
+inline constexpr int64_t kMaxMmaSeq = int64_t(INT_MAX) - 1024;
+
+// dq, dk, dv from q, k, v, the output cotangent dout, the forward's lse and delta =
+// rowsum(dout * out) (float32 per query row). Enqueues two kernels; no workspace.
+template <typename T>
+cudaError_t attention_backward_mma(cudaStream_t stream, const AttentionShape& shape, const T* q,
+                                   const T* k, const T* v, const T* dout, const float* lse,
+                                   const float* delta, T* dq, T* dk, T* dv);
+
+}  // namespace oxijax::cuda
