@@ -22,7 +22,7 @@ from oxijax import _checks, _dispatch, _primitive, _sharding
 from oxijax._autodiff import Zero, is_undefined, zero_cotangents, zero_tangent
 
 
-def _abstract_eval(q, k, v, *, scale, causal):
+def _abstract_eval(q, k, v, *, scale, causal, allow_tf32):
     lse_dtype = jnp.float64 if q.dtype == jnp.float64 else jnp.float32
     return (
         jax.core.ShapedArray(q.shape, q.dtype),
@@ -55,7 +55,7 @@ def _backward_batching(args, dims, **params):
     return _folded(attention_backward_p, args, dims, **params)
 
 
-def _factors(avals_in, avals_out, *, scale, causal):
+def _factors(avals_in, avals_out, *, scale, causal, allow_tf32):
     """Batch and heads split freely, queries too unless causal (the mask's offset
     Skv - Sq is global); keys and head_dim are replicated."""
     replicated = {"kv", "d"} | ({"q"} if causal else set())
@@ -109,9 +109,9 @@ _SECOND_ORDER = (
     "Hessian-vector products) is not implemented")
 
 
-def _jvp(primals, tangents, *, scale, causal):
+def _jvp(primals, tangents, *, scale, causal, allow_tf32):
     q, k, v = primals
-    out, lse = attention_p.bind(q, k, v, scale=scale, causal=causal)
+    out, lse = attention_p.bind(q, k, v, scale=scale, causal=causal, allow_tf32=allow_tf32)
     # Zero tangents are instantiated: the kernel is one fused pass either way.
     dq, dk, dv = map(ad.instantiate_zeros, tangents)
     dout = attention_jvp_p.bind(q, k, v, out, lse, dq, dk, dv, scale=scale, causal=causal)
@@ -156,7 +156,8 @@ ad.primitive_transposes[attention_backward_p] = _transpose_to(attention_jvp_p, 5
 
 
 def attention(
-    q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False
+    q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False,
+    precision: str = "highest",
 ) -> jax.Array:
     """``softmax(scale * q @ k^T) @ v`` over the last two axes, fused.
 
@@ -165,6 +166,12 @@ def attention(
     ``causal``, query ``i`` sees key ``j`` iff ``j <= i + (Skv - Sq)`` (bottom-right
     aligned); a query that sees no key gets zeros. The Sq x Skv scores are never stored.
     q, k and v promote to one dtype as in jax.numpy.
+
+    float32 attention is exact by default (``precision="highest"``);
+    ``precision="tf32"`` lets GPUs use TF32 tensor cores for the forward pass (inputs
+    rounded to 10 mantissa bits, float32 accumulation; head_dim a multiple of 4 up to
+    128), as ``gemm``'s option does. Gradients and the CPU stay exact; other dtypes
+    ignore it.
 
     Differentiable in reverse mode (``jax.grad``, ``jax.vjp``) by a fused backward
     kernel and in forward mode (``jax.jvp``, ``jax.jacfwd``) by a fused JVP kernel, both
@@ -177,11 +184,15 @@ def attention(
         scale = _checks.static_float("scale", scale)
         if scale <= 0:
             raise ValueError(f"scale must be positive, got {scale}")
-    return _attention_checked(q, k, v, scale=scale, causal=causal)
+    if precision not in ("highest", "tf32"):
+        raise ValueError(f"precision must be 'highest' or 'tf32', got {precision!r}")
+    return _attention_checked(q, k, v, scale=scale, causal=causal,
+                              allow_tf32=precision == "tf32")
 
 
-@_dispatch.eager_jit("scale", "causal")
-def _attention_checked(q: Any, k: Any, v: Any, *, scale: float | None, causal: bool) -> jax.Array:
+@_dispatch.eager_jit("scale", "causal", "allow_tf32")
+def _attention_checked(q: Any, k: Any, v: Any, *, scale: float | None, causal: bool,
+                       allow_tf32: bool) -> jax.Array:
     # Strongly typed like jax.nn.dot_product_attention's result.
     q, k, v = map(_checks.strong, _checks.promote(q=q, k=k, v=v))
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -201,4 +212,4 @@ def _attention_checked(q: Any, k: Any, v: Any, *, scale: float | None, causal: b
         scale = 1.0 / math.sqrt(d)
     if q.size == 0 or k.shape[2] == 0:
         return jnp.zeros(q.shape, q.dtype)
-    return attention_p.bind(q, k, v, scale=scale, causal=causal)[0]
+    return attention_p.bind(q, k, v, scale=scale, causal=causal, allow_tf32=allow_tf32)[0]

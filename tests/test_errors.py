@@ -39,6 +39,7 @@ BAD_CALLS = [
     (lambda: oxijax.gemm(f32, f32.T, alpha=float("nan")), ValueError, "alpha must be finite"),
     (lambda: oxijax.gemm(f32, f32.T, alpha="x"), TypeError, "alpha must be a number"),
     (lambda: oxijax.gemm(f32, f32.T, precision="fast"), ValueError, "precision must be"),
+    (lambda: oxijax.attention(q4, q4, q4, precision="fast"), ValueError, "precision must be"),
     (lambda: oxijax.gemm(f32, f32.T.astype(jnp.complex64)), TypeError, "b must have dtype"),
     (lambda: oxijax.gemm(f32, f32.T, jnp.ones(2, jnp.complex64), beta=1.0), TypeError, "c must have dtype"),
     (lambda: oxijax.gemm(jnp.ones((2, 2, 3)), jnp.ones((3, 3, 4))), ValueError, "do not broadcast"),
@@ -99,7 +100,8 @@ GEMM = dict(trans_a=i32(0), trans_b=i32(0), alpha=f64(1), beta=f64(0), allow_tf3
 CONV = dict(stride_h=i64(1), stride_w=i64(1), pad_h=i64(0), pad_w=i64(0))
 CONV_DATA = dict(CONV, input_h=i64(5), input_w=i64(5))
 CONV_FILTER = dict(CONV, filter_h=i64(3), filter_w=i64(3))
-ATTN = dict(scale=f64(1), causal=False)
+ATTN = dict(scale=f64(1), causal=False)  # the derivative kernels' attributes
+ATTN_FWD = dict(ATTN, allow_tf32=False)
 # Consistent operands of each target, which the cases below spoil one thing at a time.
 X5, W5, Y5 = S(1, 1, 2, 5, 5), S(1, 3, 2, 3, 3), S(1, 1, 3, 3, 3)
 Q, KV, LSE = S(1, 2, 4, 8), S(1, 2, 6, 8), S(1, 2, 4)
@@ -189,23 +191,23 @@ RAW_CALLS = [
     ("oxijax_conv2d", Y5, (X5, S(1, 3, 2, 9, 9)), CONV, "larger than the padded input"),
     ("oxijax_conv2d", Y5, (X5, W5), {k: v for k, v in CONV.items() if k != "pad_w"}, "number of attributes"),
     # attention
-    ("oxijax_attention", ATTN_OUT, (Q, S(1, 2, 5, 8), KV), ATTN, "attention v has shape"),
-    ("oxijax_attention", ATTN_OUT, (Q, Q, Q), with_(ATTN, scale=f64(-1)), "scale must be positive"),
-    ("oxijax_attention", ATTN_OUT, (Q, Q, Q), with_(ATTN, scale=f64(0)), "scale must be positive"),
-    ("oxijax_attention", ATTN_OUT, (Q, Q, Q), with_(ATTN, scale=f64(np.nan)), "scale must be positive"),
-    ("oxijax_attention", ATTN_OUT, (Q, Q, Q), with_(ATTN, scale=f64(np.inf)), "scale must be positive"),
-    ("oxijax_attention", (Q, S(1, 2, 4, dtype=F64)), (Q, Q, Q), ATTN, "log-sum-exp must be"),
-    ("oxijax_attention", (Q, S(1, 2, 4, dtype=F16)), (Q, Q, Q), ATTN, "log-sum-exp must be"),
-    ("oxijax_attention", (Q, S(1, 2, 5)), (Q, Q, Q), ATTN, "log-sum-exp has shape"),
-    ("oxijax_attention", (Q, S(1, 2, 4, 1)), (Q, Q, Q), ATTN, "log-sum-exp has shape"),
-    ("oxijax_attention", ATTN_OUT, (Q, S(2, 2, 6, 8), S(2, 2, 6, 8)), ATTN, "does not match q"),
-    ("oxijax_attention", ATTN_OUT, (Q, S(1, 1, 6, 8), S(1, 1, 6, 8)), ATTN, "does not match q"),
-    ("oxijax_attention", ATTN_OUT, (Q, S(1, 2, 6, 4), S(1, 2, 6, 4)), ATTN, "does not match q"),
-    ("oxijax_attention", ATTN_OUT, (Q, KV, S(1, 2, 6, 4)), ATTN, "attention v has shape"),
-    ("oxijax_attention", (S(2, 4, 8), S(2, 4)), (S(2, 4, 8),) * 3, ATTN, "attention expects"),
-    ("oxijax_attention", (S(1, 2, 4, 7), LSE), (Q, KV, KV), ATTN, "attention result has shape"),
-    ("oxijax_attention", (S(1, 2, 4, 8, dtype=F16), LSE), (Q, KV, KV), ATTN, "share one dtype"),
-    ("oxijax_attention", (Q,), (Q, KV, KV), ATTN, "result"),
+    ("oxijax_attention", ATTN_OUT, (Q, S(1, 2, 5, 8), KV), ATTN_FWD, "attention v has shape"),
+    ("oxijax_attention", ATTN_OUT, (Q, Q, Q), with_(ATTN_FWD, scale=f64(-1)), "scale must be positive"),
+    ("oxijax_attention", ATTN_OUT, (Q, Q, Q), with_(ATTN_FWD, scale=f64(0)), "scale must be positive"),
+    ("oxijax_attention", ATTN_OUT, (Q, Q, Q), with_(ATTN_FWD, scale=f64(np.nan)), "scale must be positive"),
+    ("oxijax_attention", ATTN_OUT, (Q, Q, Q), with_(ATTN_FWD, scale=f64(np.inf)), "scale must be positive"),
+    ("oxijax_attention", (Q, S(1, 2, 4, dtype=F64)), (Q, Q, Q), ATTN_FWD, "log-sum-exp must be"),
+    ("oxijax_attention", (Q, S(1, 2, 4, dtype=F16)), (Q, Q, Q), ATTN_FWD, "log-sum-exp must be"),
+    ("oxijax_attention", (Q, S(1, 2, 5)), (Q, Q, Q), ATTN_FWD, "log-sum-exp has shape"),
+    ("oxijax_attention", (Q, S(1, 2, 4, 1)), (Q, Q, Q), ATTN_FWD, "log-sum-exp has shape"),
+    ("oxijax_attention", ATTN_OUT, (Q, S(2, 2, 6, 8), S(2, 2, 6, 8)), ATTN_FWD, "does not match q"),
+    ("oxijax_attention", ATTN_OUT, (Q, S(1, 1, 6, 8), S(1, 1, 6, 8)), ATTN_FWD, "does not match q"),
+    ("oxijax_attention", ATTN_OUT, (Q, S(1, 2, 6, 4), S(1, 2, 6, 4)), ATTN_FWD, "does not match q"),
+    ("oxijax_attention", ATTN_OUT, (Q, KV, S(1, 2, 6, 4)), ATTN_FWD, "attention v has shape"),
+    ("oxijax_attention", (S(2, 4, 8), S(2, 4)), (S(2, 4, 8),) * 3, ATTN_FWD, "attention expects"),
+    ("oxijax_attention", (S(1, 2, 4, 7), LSE), (Q, KV, KV), ATTN_FWD, "attention result has shape"),
+    ("oxijax_attention", (S(1, 2, 4, 8, dtype=F16), LSE), (Q, KV, KV), ATTN_FWD, "share one dtype"),
+    ("oxijax_attention", (Q,), (Q, KV, KV), ATTN_FWD, "result"),
     # attention_backward: q, k, v, out, lse, dout -> dq, dk, dv
     *[("oxijax_attention_backward", ATTN_BWD_OUT, replace(ATTN_BWD_ARGS, i, bad), ATTN, fragment)
       for i, bad, fragment in [

@@ -232,8 +232,11 @@ void CudaDevice::gemm(int dtype, const GemmProblem& problem, uintptr_t a, uintpt
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
     // The pointer backend's float32 gemm is exact (no TF32), like the CPU one.
+    std::lock_guard<std::mutex> lock(workspace_mu_);
+    const size_t bytes = cuda::gemm_workspace_bytes(shape, sizeof(T), false);
+    void* ws = bytes > 0 ? workspace(bytes) : nullptr;
     launched(cuda::gemm(OXIJAX_STREAM, shape, at<const T>(a), at<const T>(b),
-                        problem.beta != 0.0 ? at<const T>(c) : nullptr, at<T>(c), false),
+                        problem.beta != 0.0 ? at<const T>(c) : nullptr, at<T>(c), false, ws),
              "gemm");
   });
 }
@@ -261,7 +264,8 @@ void CudaDevice::attention(int dtype, const AttentionArgs& args) {
     // The kernels also write each row's log-sum-exp (for the JAX backward pass).
     void* lse = workspace(size_t(s.batch * s.heads * s.seq_q) * sizeof(Acc<T>));
     launched(cuda::attention(OXIJAX_STREAM, s, at<const T>(args.q), at<const T>(args.k),
-                             at<const T>(args.v), at<T>(args.out), static_cast<Acc<T>*>(lse)),
+                             at<const T>(args.v), at<T>(args.out), static_cast<Acc<T>*>(lse),
+                             /*allow_tf32=*/false),
              "attention");
   });
 }

@@ -86,7 +86,8 @@ ffi::Error Conv2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w,
 
 ffi::Error AttentionImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer k,
                          ffi::AnyBuffer v, ffi::Result<ffi::AnyBuffer> out,
-                         ffi::Result<ffi::AnyBuffer> lse, double scale, bool causal) {
+                         ffi::Result<ffi::AnyBuffer> lse, double scale, bool causal,
+                         bool /*allow_tf32: the CPU kernels are exact*/) {
   AttentionShape shape;
   if (auto err = check_attention(q, k, v, *out, *lse, scale, causal, shape); err.failure())
     return err;
@@ -190,7 +191,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention, Handler<AttentionImpl>::Call,
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<double>("scale")
-                                  .Attr<bool>("causal"));
+                                  .Attr<bool>("causal")
+                                  .Attr<bool>("allow_tf32"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Cpu_attention_backward, Handler<AttentionBackwardImpl>::Call,
                               ffi::Ffi::Bind()

@@ -88,7 +88,7 @@ ffi::Error ReduceImpl(cudaStream_t stream, Scratch scratch, ffi::AnyBuffer x,
   });
 }
 
-ffi::Error GemmImpl(cudaStream_t stream, ffi::RemainingArgs operands,
+ffi::Error GemmImpl(cudaStream_t stream, Scratch scratch, ffi::RemainingArgs operands,
                     ffi::Result<ffi::AnyBuffer> out, Transpose trans_a, Transpose trans_b,
                     double alpha, double beta, bool allow_tf32) {
   std::optional<ffi::AnyBuffer> a, b, c;
@@ -97,11 +97,17 @@ ffi::Error GemmImpl(cudaStream_t stream, ffi::RemainingArgs operands,
   if (auto err = check_gemm(*a, *b, c ? &*c : nullptr, *out, trans_a, trans_b, alpha, beta, shape);
       err.failure())
     return err;
+  const size_t bytes =
+      cuda::gemm_workspace_bytes(shape, ffi::ByteWidth(a->element_type()), allow_tf32);
+  void* workspace;
+  if (auto err = scratch_workspace(scratch, bytes, "gemm split-K workspace", workspace);
+      err.failure())
+    return err;
   return dispatch_float(a->element_type(), [&](auto t) {
     using T = decltype(t);
     const T* c_data = (c && beta != 0.0) ? typed<T>(*c) : nullptr;
     return launched(cuda::gemm(stream, shape, typed<T>(*a), typed<T>(*b), c_data, typed<T>(out),
-                               allow_tf32),
+                               allow_tf32, workspace),
                     "gemm");
   });
 }
@@ -121,14 +127,15 @@ ffi::Error Conv2dImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer w,
 
 ffi::Error AttentionImpl(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k,
                          ffi::AnyBuffer v, ffi::Result<ffi::AnyBuffer> out,
-                         ffi::Result<ffi::AnyBuffer> lse, double scale, bool causal) {
+                         ffi::Result<ffi::AnyBuffer> lse, double scale, bool causal,
+                         bool allow_tf32) {
   AttentionShape shape;
   if (auto err = check_attention(q, k, v, *out, *lse, scale, causal, shape); err.failure())
     return err;
   return dispatch_float(q.element_type(), [&](auto t) {
     using T = decltype(t);
     return launched(cuda::attention(stream, shape, typed<T>(q), typed<T>(k), typed<T>(v),
-                                    typed<T>(out), typed<Acc<T>>(lse)),
+                                    typed<T>(out), typed<Acc<T>>(lse), allow_tf32),
                     "attention");
   });
 }
@@ -209,14 +216,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_reduce, CudaHandler<ReduceImpl>::Call,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_gemm, CudaHandler<GemmImpl>::Call,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
+                                  .Ctx<Scratch>()
                                   .RemainingArgs()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<Transpose>("trans_a")
                                   .Attr<Transpose>("trans_b")
                                   .Attr<double>("alpha")
                                   .Attr<double>("beta")
-                                  .Attr<bool>("allow_tf32"),
-                              {ffi::Traits::kCmdBufferCompatible});
+                                  .Attr<bool>("allow_tf32"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_conv2d, CudaHandler<Conv2dImpl>::Call,
                               ffi::Ffi::Bind()
@@ -239,7 +246,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(Cuda_attention, CudaHandler<AttentionImpl>::Call,
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<double>("scale")
-                                  .Attr<bool>("causal"),
+                                  .Attr<bool>("causal")
+                                  .Attr<bool>("allow_tf32"),
                               {ffi::Traits::kCmdBufferCompatible});
 
 // Not command-buffer compatible: it takes scratch memory, like reduce.

@@ -1,13 +1,15 @@
 // conv2d's backward passes. With stride 1 (and padding smaller than the filter), the
 // data gradient is the forward conv2d of dy with the filter flipped in space and its
 // channel axes swapped (kept in the workspace), padded by R - 1 - pad: the forward's
-// implicit GEMM, tensor cores included. Otherwise, as implicit GEMMs (no im2col buffer): each block computes a
-// kBM x kBN tile of a per-group GEMM whose operands are gathered from the tensors as
-// the tiles are loaded, accumulating in Acc<T> (float32 for the half types; SIMT FMAs,
-// no tensor cores).
-//  - data:   dx (N*H*W x C) = dy-gather (N*H*W x K*R*S) @ w (K*R*S x C), where the
-//            gather reads dy[n, k, p, q] with h = p*sh - ph + r (0 where no (p, q) lands
-//            on (h, w): stride gaps and padding give zero gradient);
+// implicit GEMM, tensor cores included. Otherwise, as implicit GEMMs (no im2col buffer):
+// each block computes a tile of a per-group GEMM whose operands are gathered from the
+// tensors as the tiles are loaded, accumulating in Acc<T>: on tensor cores for float16 /
+// bfloat16 (igemm_tc_kernel, mma.sync, gathers along each operand's contiguous index so
+// that they coalesce), SIMT FMAs for float32 / float64 (igemm_kernel).
+//  - data:   one GEMM per stride phase (input rows h = first + stride * i, columns
+//            alike): only the taps r = tap0 + stride * j reach those rows, from the output
+//            rows p = base + i - j, so the stride gaps' structural zeros are never
+//            multiplied: dx (N*Hph*Wph x C) = dy-gather (N*Hph*Wph x K*Th*Tw) @ w-gather;
 //  - filter: dw (K x C*R*S) = dy (K x N*P*Q) @ x-gather (N*P*Q x C*R*S). Its reduction
 //            is long and the output small, so it is split over blocks (blockIdx.z) into
 //            Acc<T> partial sums in the workspace, added in a second kernel.
@@ -19,10 +21,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "convert.h"
 #include "kernels.h"
 #include "launch.h"
+#include "ptx.h"
 
 namespace oxijax::cuda {
 namespace {
@@ -32,36 +36,68 @@ constexpr int kThreads = 256;  // 16 x 16 threads, 4 x 4 outputs each
 constexpr int kTM = 4, kTN = 4;
 
 // One backward problem: GEMM sizes per group and the gathers of its operands.
+// kAAlongK / kBAlongK: whether consecutive depth indices kk of operand A / B read
+// neighbouring addresses (else consecutive rows / columns do); the tensor-core kernel
+// gathers along that index so that a warp's loads coalesce.
+
+// One stride phase of the data gradient along one spatial axis: the input rows h = first +
+// stride * i (i < count) are reached only by the taps r = tap0 + stride * j (j < taps),
+// from the output rows p = base + i - j. Every other (h, r) pair meets a stride gap.
+struct Phase {
+  int64_t first, count, tap0, taps, base;
+};
+
+// The phase of input rows h with h % stride == first (size: H; filter R; output P).
+inline Phase make_phase(int64_t first, int64_t size, int64_t filter, int64_t stride,
+                        int64_t pad) {
+  Phase ph;
+  ph.first = first;
+  ph.count = first < size ? (size - first + stride - 1) / stride : 0;
+  ph.tap0 = (first + pad) % stride;
+  ph.taps = ph.tap0 < filter ? (filter - ph.tap0 + stride - 1) / stride : 0;
+  ph.base = (first + pad - ph.tap0) / stride;
+  return ph;
+}
+
+// The data gradient of the input pixels of one (row, column) stride phase:
+// dx (N*Hph*Wph x C) = dy-gather (N*Hph*Wph x K*Th*Tw) @ w (K*Th*Tw x C) over the phase's
+// taps only, so no multiply-add lands on a stride gap.
 template <typename T>
 struct DataProblem {
+  static constexpr bool kAAlongK = false, kBAlongK = true;
   const T* dy;
   const T* w;
   ConvShape s;
-  __device__ int64_t m() const { return s.n * s.h * s.w; }
+  Phase ph, pw;
+  __device__ int64_t m() const { return s.n * ph.count * pw.count; }
   __device__ int64_t n() const { return s.c; }
-  __device__ int64_t depth() const { return s.k * s.r * s.s; }
-  // A[row, kk]: dy at the output (p, q) whose window tap (r, t) reads pixel `row`.
+  __device__ int64_t depth() const { return s.k * ph.taps * pw.taps; }
+  // A[row, kk]: dy at the output (p, q) whose tap (r, t) reads the phase's pixel `row`.
   __device__ Acc<T> a(int64_t g, int64_t row, int64_t kk) const {
-    const int64_t hw = s.h * s.w, img = row / hw, pix = row % hw;
-    const int64_t k = kk / (s.r * s.s), tap = kk % (s.r * s.s);
-    const int64_t hp = pix / s.w + s.pad_h - tap / s.s, wp = pix % s.w + s.pad_w - tap % s.s;
-    if (hp < 0 || wp < 0 || hp % s.stride_h != 0 || wp % s.stride_w != 0) return Acc<T>(0);
-    const int64_t p = hp / s.stride_h, q = wp / s.stride_w;
-    if (p >= s.p || q >= s.q) return Acc<T>(0);
+    const int64_t hw = ph.count * pw.count, img = row / hw, pix = row % hw;
+    const int64_t taps = ph.taps * pw.taps, k = kk / taps, tap = kk % taps;
+    const int64_t p = ph.base + pix / pw.count - tap / pw.taps;
+    const int64_t q = pw.base + pix % pw.count - tap % pw.taps;
+    if (p < 0 || p >= s.p || q < 0 || q >= s.q) return Acc<T>(0);
     return to_acc(dy[(((g * s.n + img) * s.k + k) * s.p + p) * s.q + q]);
   }
   __device__ Acc<T> b(int64_t g, int64_t kk, int64_t c) const {
-    const int64_t k = kk / (s.r * s.s), tap = kk % (s.r * s.s);
-    return to_acc(w[((g * s.k + k) * s.c + c) * s.r * s.s + tap]);
+    const int64_t taps = ph.taps * pw.taps, k = kk / taps, tap = kk % taps;
+    const int64_t r = ph.tap0 + s.stride_h * (tap / pw.taps);
+    const int64_t t = pw.tap0 + s.stride_w * (tap % pw.taps);
+    return to_acc(w[((g * s.k + k) * s.c + c) * s.r * s.s + r * s.s + t]);
   }
   __device__ int64_t out_index(int64_t g, int64_t row, int64_t c) const {
-    const int64_t hw = s.h * s.w;
-    return ((g * s.n + row / hw) * s.c + c) * hw + row % hw;
+    const int64_t hw = ph.count * pw.count, img = row / hw, pix = row % hw;
+    const int64_t h = ph.first + s.stride_h * (pix / pw.count);
+    const int64_t x = pw.first + s.stride_w * (pix % pw.count);
+    return ((g * s.n + img) * s.c + c) * s.h * s.w + h * s.w + x;
   }
 };
 
 template <typename T>
 struct FilterProblem {
+  static constexpr bool kAAlongK = true, kBAlongK = true;
   const T* x;
   const T* dy;
   ConvShape s;
@@ -158,6 +194,117 @@ __global__ void sum_splits_kernel(const Acc<T>* partial, int64_t splits, int64_t
   }
 }
 
+// ------------------------------------------------------------------ tensor cores
+// The same implicit GEMMs for float16 / bfloat16 on tensor cores: kTcBM x kTcBN x kTcBK
+// block tiles, 4 warps of 32 x 32, mma.sync m16n8k16 with float32 accumulation. Both
+// operands are gathered (kTcGather elements of each per thread and tile, along the
+// problem's coalesced index) into registers while the previous tile computes, then stored
+// to shared memory as [row][k] (A) and [column][k] (B) with a pitch of 40 elements: the
+// 8 rows an ldmatrix reads fall in distinct 16-byte bank groups.
+constexpr int kTcBM = 64, kTcBN = 64, kTcBK = 32, kTcThreads = 128;
+constexpr int kTcPitch = kTcBK + 8;
+constexpr int kTcGather = kTcBM * kTcBK / kTcThreads;  // 16
+
+// Row or column (rc) and depth (kk) offsets of gathered element i of thread tid: along k
+// (32 consecutive kk per row) or along the rows (64 consecutive rows per kk).
+template <bool kAlongK>
+__device__ __forceinline__ void gather_slot(int tid, int i, int& rc, int& kk) {
+  const int e = tid + i * kTcThreads;
+  if constexpr (kAlongK) {
+    rc = e / kTcBK, kk = e % kTcBK;
+  } else {
+    rc = e % kTcBM, kk = e / kTcBM;
+  }
+}
+
+template <bool kBf16, typename Problem>
+__global__ void __launch_bounds__(kTcThreads)
+    igemm_tc_kernel(Problem pr, int64_t splits, int64_t chunk,
+                    std::conditional_t<kBf16, oxijax::bfloat16, oxijax::half>* out,
+                    float* partial, int64_t out_size, GridOrigin origin) {
+  using T = std::conditional_t<kBf16, oxijax::bfloat16, oxijax::half>;
+  OXIJAX_SHARED(uint16_t, as, [kTcBM * kTcPitch], 16);
+  OXIJAX_SHARED(uint16_t, bs, [kTcBN * kTcPitch], 16);
+  const int64_t z = origin.z + blockIdx.z;
+  const int64_t g = z / splits, split = z % splits;
+  const int64_t m0 = (origin.y + blockIdx.y) * kTcBM, n0 = (origin.x + blockIdx.x) * kTcBN;
+  const int64_t m = pr.m(), n = pr.n(), depth = pr.depth();
+  const int64_t k_begin = split * chunk, k_end = std::min(depth, k_begin + chunk);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1;  // the warp's 32 x 32 quarter of the tile
+
+  uint16_t ra[kTcGather], rb[kTcGather];  // the next tile's gathered elements
+  const auto gather = [&](int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < kTcGather; ++i) {
+      int rc, kk;
+      gather_slot<Problem::kAAlongK>(tid, i, rc, kk);
+      const bool in_a = m0 + rc < m && k0 + kk < k_end;
+      ra[i] = in_a ? from_acc<T>(pr.a(g, m0 + rc, k0 + kk)).bits : uint16_t(0);
+      gather_slot<Problem::kBAlongK>(tid, i, rc, kk);
+      const bool in_b = n0 + rc < n && k0 + kk < k_end;
+      rb[i] = in_b ? from_acc<T>(pr.b(g, k0 + kk, n0 + rc)).bits : uint16_t(0);
+    }
+  };
+  const auto store = [&]() {
+#pragma unroll
+    for (int i = 0; i < kTcGather; ++i) {
+      int rc, kk;
+      gather_slot<Problem::kAAlongK>(tid, i, rc, kk);
+      as[rc * kTcPitch + kk] = ra[i];
+      gather_slot<Problem::kBAlongK>(tid, i, rc, kk);
+      bs[rc * kTcPitch + kk] = rb[i];
+    }
+  };
+
+  float acc[2][4][4] = {};
+  const uint32_t a_base = ptx::shared_address(as), b_base = ptx::shared_address(bs);
+  if (k_begin < k_end) gather(k_begin);
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTcBK) {
+    __syncthreads();  // the previous tile's readers are done
+    store();
+    __syncthreads();
+    if (k0 + kTcBK < k_end) gather(k0 + kTcBK);  // in flight while this tile computes
+#pragma unroll
+    for (int ks = 0; ks < kTcBK / 16; ++ks) {
+      uint32_t a[2][4], b[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = wm * 32 + 16 * i + (lane & 15);
+        ptx::ldmatrix_x4(a[i], a_base + 2u * uint32_t(row * kTcPitch + 16 * ks + 8 * (lane >> 4)));
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = wn * 32 + 16 * j + (lane & 7) + ((lane >> 4) << 3);
+        ptx::ldmatrix_x4(b[j], b_base + 2u * uint32_t(col * kTcPitch + 16 * ks +
+                                                      8 * ((lane >> 3) & 1)));
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          ptx::mma_m16n8k16<kBf16>(acc[i][2 * j], a[i], {b[j][0], b[j][1]});
+          ptx::mma_m16n8k16<kBf16>(acc[i][2 * j + 1], a[i], {b[j][2], b[j][3]});
+        }
+    }
+  }
+  // Rows g, g + 8 and columns 2t, 2t + 1 of each 16 x 8 accumulator.
+  const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t gm = m0 + wm * 32 + 16 * i + gq + 8 * (e >> 1);
+        const int64_t gn = n0 + wn * 32 + 8 * j + 2 * tq + (e & 1);
+        if (gm >= m || gn >= n) continue;
+        const int64_t at = pr.out_index(g, gm, gn);
+        if (splits == 1) out[at] = from_acc<T>(acc[i][j][e]);
+        else partial[split * out_size + at] = acc[i][j][e];
+      }
+}
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Splits of the filter gradient's reduction: enough blocks for two waves, each split at
@@ -186,12 +333,15 @@ __global__ void flip_filter_kernel(const T* __restrict__ w, ConvShape s, T* __re
   }
 }
 
-// igemm_kernel over (n_tiles, m_tiles, zs) blocks, in as many launches as the grid
-// limits need (y and z: 65535, x: 2^31 - 1).
+// The implicit-GEMM kernel for T (tensor cores for the half types) over (n tiles, m
+// tiles, zs) blocks, in as many launches as the grid limits need (y and z: 65535, x:
+// 2^31 - 1).
 template <typename T, typename Problem>
-cudaError_t launch_igemm(cudaStream_t stream, const Problem& pr, int64_t n_tiles,
-                         int64_t m_tiles, int64_t zs, int64_t splits, int64_t chunk, T* out,
-                         Acc<T>* partial, int64_t out_size) {
+cudaError_t launch_igemm(cudaStream_t stream, const Problem& pr, int64_t n, int64_t m,
+                         int64_t zs, int64_t splits, int64_t chunk, T* out, Acc<T>* partial,
+                         int64_t out_size) {
+  constexpr bool kHalf = std::is_same_v<T, oxijax::half> || std::is_same_v<T, oxijax::bfloat16>;
+  const int64_t n_tiles = ceil_div(n, kHalf ? kTcBN : kBN), m_tiles = ceil_div(m, kHalf ? kTcBM : kBM);
   constexpr int64_t kMaxX = INT_MAX, kMaxYZ = 65535;
   for (int64_t z0 = 0; z0 < zs; z0 += kMaxYZ)
     for (int64_t y0 = 0; y0 < m_tiles; y0 += kMaxYZ)
@@ -199,11 +349,16 @@ cudaError_t launch_igemm(cudaStream_t stream, const Problem& pr, int64_t n_tiles
         const dim3 grid(unsigned(std::min(kMaxX, n_tiles - x0)),
                         unsigned(std::min(kMaxYZ, m_tiles - y0)),
                         unsigned(std::min(kMaxYZ, zs - z0)));
-        if (const cudaError_t status =
-                launch(&igemm_kernel<T, Problem>, grid, kThreads, 0, stream, pr, splits, chunk,
-                       out, partial, out_size, GridOrigin{x0, y0, z0});
-            status != cudaSuccess)
-          return status;
+        const GridOrigin origin{x0, y0, z0};
+        cudaError_t status;
+        if constexpr (kHalf)
+          status = launch(&igemm_tc_kernel<std::is_same_v<T, oxijax::bfloat16>, Problem>, grid,
+                          kTcThreads, 0, stream, pr, splits, chunk, out, partial, out_size,
+                          origin);
+        else
+          status = launch(&igemm_kernel<T, Problem>, grid, kThreads, 0, stream, pr, splits,
+                          chunk, out, partial, out_size, origin);
+        if (status != cudaSuccess) return status;
       }
   return cudaSuccess;
 }
@@ -234,10 +389,20 @@ cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& s, const 
     f.pad_h = s.r - 1 - s.pad_h, f.pad_w = s.s - 1 - s.pad_w;
     return conv2d<T>(stream, f, dy, flipped, dx);
   }
-  const int64_t depth = s.k * s.r * s.s;
-  // Depth 0 (no filters) still runs: every tile stores its zeros.
-  return launch_igemm<T>(stream, DataProblem<T>{dy, w, s}, ceil_div(s.c, kBN), ceil_div(m, kBM),
-                         s.groups, 1, std::max<int64_t>(depth, 1), dx, nullptr, 0);
+  // One implicit GEMM per (row, column) stride phase. A phase without taps (stride
+  // above the filter) or filters (K = 0) has depth 0 and still runs: it stores zeros.
+  for (int64_t fh = 0; fh < std::min(s.stride_h, s.h); ++fh)
+    for (int64_t fw = 0; fw < std::min(s.stride_w, s.w); ++fw) {
+      const DataProblem<T> pr{dy, w, s, make_phase(fh, s.h, s.r, s.stride_h, s.pad_h),
+                              make_phase(fw, s.w, s.s, s.stride_w, s.pad_w)};
+      const int64_t depth = s.k * pr.ph.taps * pr.pw.taps;
+      if (const cudaError_t status =
+              launch_igemm<T>(stream, pr, s.c, s.n * pr.ph.count * pr.pw.count, s.groups, 1,
+                              std::max<int64_t>(depth, 1), dx, nullptr, 0);
+          status != cudaSuccess)
+        return status;
+    }
+  return cudaSuccess;
 }
 
 size_t conv2d_backward_filter_workspace_bytes(const ConvShape& s, size_t element_bytes) {
@@ -254,12 +419,11 @@ cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& s, cons
   if (out_size <= 0) return cudaSuccess;
   const int64_t splits = filter_splits(s), depth = s.n * s.p * s.q;
   if (splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
-  const int64_t chunk = ceil_div(ceil_div(std::max<int64_t>(depth, 1), splits), kBK) * kBK;
+  const int64_t chunk = ceil_div(ceil_div(std::max<int64_t>(depth, 1), splits), kTcBK) * kTcBK;
   auto* partial = static_cast<Acc<T>*>(workspace);
   if (const cudaError_t status =
-          launch_igemm<T>(stream, FilterProblem<T>{x, dy, s}, ceil_div(cols, kBN),
-                          ceil_div(s.k, kBM), s.groups * splits, splits, chunk, dw, partial,
-                          out_size);
+          launch_igemm<T>(stream, FilterProblem<T>{x, dy, s}, cols, s.k, s.groups * splits,
+                          splits, chunk, dw, partial, out_size);
       status != cudaSuccess || splits <= 1)
     return status;
   const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(out_size, 256), 4 * sm_count()));

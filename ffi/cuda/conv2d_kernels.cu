@@ -3,8 +3,8 @@
 // with the im2col matrix gathered from x on the fly while shared-memory tiles are
 // filled; it never exists in memory. Grid: x = pixel tiles, y = filter tiles, z = groups.
 //
-// * float16 / bfloat16: 128 (filters) x 128 (pixels) x 32 (C*R*S) block tiles, 8 warps
-//   of 64 x 32, tensor cores (mma.sync m16n8k16, float32 accumulation) fed by ldmatrix;
+// * float16 / bfloat16: 128 (filters) x 64 (pixels) x 32 (C*R*S) block tiles, 8 warps
+//   of 64 x 16, two blocks per SM, tensor cores (mma.sync m16n8k16, float32 accumulation) fed by ldmatrix;
 //   the tile is rounded once to the storage type (RNE) and staged through shared memory
 //   so that every store to out runs along q.
 // * float32 / float64: SIMT, exact in the storage type. float: 128 x 128 x 8 block tiles,
@@ -188,12 +188,15 @@ struct TileLoader {
 
 // ------------------------------------------------------------------ float16 / bfloat16
 
+// Two blocks per SM (128 registers a thread, no spills): a 128 x 64 tile keeps the
+// accumulators at 32 registers a thread; 128 x 128 needs 165 registers (one block per
+// SM) and spills when capped at 128.
 struct TcConfig {
-  static constexpr int kBM = 128, kBN = 128, kBK = 32, kThreads = 256;
-  static constexpr int kWarpM = 64, kWarpN = 32;  // warps: 2 (filters) x 4 (pixels)
+  static constexpr int kBM = 128, kBN = 64, kBK = 32, kThreads = 256, kMinBlocks = 2;
+  static constexpr int kWarpM = 64, kWarpN = 16;  // warps: 2 (filters) x 4 (pixels)
   static constexpr int kWarpsN = kBN / kWarpN;
   static constexpr int kFragM = kWarpM / 16, kFragN = kWarpN / 8;
-  // Row pitches (elements): 80 and 272 bytes, multiples of 16 (ldmatrix rows) whose
+  // Row pitches (elements): 80 and 144 bytes, multiples of 16 (ldmatrix rows) whose
   // 8-row ldmatrix phases fall on distinct banks.
   static constexpr int kALd = kBK + 8;  // A stage: [kBM][kALd], kk contiguous
   static constexpr int kBLd = kBN + 8;  // B stage: [kBK][kBLd], pixels contiguous
@@ -322,7 +325,7 @@ __device__ __forceinline__ void conv_tc_block(TcShared& sm, const ConvParams& p,
     }
   }
 
-  // Epilogue: round, stage the 128 x 128 tile in shared memory (after the loop's last
+  // Epilogue: round, stage the kBM x kBN tile in shared memory (after the loop's last
   // barrier, or untouched when there were no tiles), then each thread stores column b_j
   // of every other row: a warp writes 32 consecutive pixels of one filter.
   uint16_t* cs = sm.tiles;
@@ -350,7 +353,7 @@ __device__ __forceinline__ void conv_tc_block(TcShared& sm, const ConvParams& p,
 }
 
 template <bool kBf16>
-__global__ void __launch_bounds__(TcConfig::kThreads)
+__global__ void __launch_bounds__(TcConfig::kThreads, TcConfig::kMinBlocks)
     conv2d_tc_kernel(const ConvParams p, const uint16_t* __restrict__ x,
                      const uint16_t* __restrict__ w, uint16_t* __restrict__ out,
                      int64_t col_tile0, int64_t m_tile0, int64_t g0) {

@@ -31,12 +31,19 @@
 // offsets come from up to kMaxBatchRank merged batch dims (BatchIndex); the host
 // loops over any dims beyond those, one launch per outer index. All offsets are 64-bit.
 //
+// Split-K: when the output tiles of all batch items cannot give every SM a block and k
+// is long (a weight gradient: m = n = 512, k = 2^20 has 16 tiles for 132 SMs), blockIdx.z
+// cuts k into ranges of whole k-slices; each block writes its raw sums to a float32
+// (float64) workspace and split_sum_kernel adds the splits in a fixed order and applies
+// alpha, beta and c: deterministic. See plan_split.
+//
 // Residency: the f16/bf16/f64 and SIMT kernels are register-capped at 128 so that two
 // 256-thread blocks fit an SM (48 KB static shared memory each for the tensor-core
 // kernels, 16.5 KB for SIMT); tf32 runs one block per SM. No kernel spills registers
 // in its main loop (a few bytes spill outside it in some instantiations).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
@@ -80,6 +87,8 @@ struct Params {
   int64_t out_stride;  // elements between consecutive out (and c) matrices
   int64_t batch;
   int64_t tiles_m, tiles_n;  // tiles_m * tiles_n <= INT_MAX (gridDim.x)
+  int64_t k_split;    // k per split (gridDim.z splits, a multiple of the slice k)
+  Acc<T>* partial;    // split-K: [split][batch][m][n] raw sums; nullptr without splits
   Acc<T> alpha, beta;
   int a_copy, b_copy;  // copy width of each operand (bytes, see kCopySync)
   bool out_vec;        // out (and c) may be accessed in aligned vectors in the epilogue
@@ -153,6 +162,15 @@ __device__ __forceinline__ void store_pair(const Params<T>& p, int64_t off, bool
   }
   p.out[off] = finish(p, v0, p.c, off);
   if (both) p.out[off + 1] = finish(p, v1, p.c, off + 1);
+}
+
+// Split-K: the raw sums of row r, columns col (and col + 1 when `both`) of this split.
+template <typename T>
+__device__ __forceinline__ void store_partial(const Params<T>& p, int64_t item, int64_t r,
+                                              int64_t col, bool both, Acc<T> v0, Acc<T> v1) {
+  Acc<T>* dst = p.partial + ((int64_t(blockIdx.z) * p.batch + item) * p.m + r) * p.n + col;
+  dst[0] = v0;
+  if (both) dst[1] = v1;
 }
 
 enum class Kind { kF16, kBF16, kTF32, kF64 };
@@ -400,24 +418,27 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
     m0 = tm * BM;
     n0 = tn * BN;
   };
-  const int64_t ktiles = (p.k + BK - 1) / BK;
+  // This split's k range (the whole of k without split-K).
+  const int64_t k_begin = int64_t(blockIdx.z) * p.k_split;
+  const int64_t k_len = imin<int64_t>(p.k - k_begin, p.k_split);
+  const int64_t ktiles = (k_len + BK - 1) / BK;
   const uint32_t smem0 = ptx::shared_address(smem);
   const char* const smem_ptr = reinterpret_cast<const char*>(smem);
 
   for (int64_t item = blockIdx.y; item < p.batch; item += gridDim.y) {
     int64_t a_off, b_off;
     batch_offsets(p.bi, item, a_off, b_off);
-    const T* const A = p.a + a_off;
-    const T* const B = p.b + b_off;
+    const T* const A = p.a + a_off + (kAK ? k_begin : k_begin * p.lda);
+    const T* const B = p.b + b_off + (kBK ? k_begin : k_begin * p.ldb);
 
     int64_t m0, n0;
     tile_origin(m0, n0);
     using ALoader = SliceLoader<T, kThreads, A_ROWS, A_RC, kAK>;
     using BLoader = SliceLoader<T, kThreads, B_ROWS, B_RC, kBK>;
-    ALoader la = kAK ? ALoader(A, p.lda, m0, 0, p.m, p.k, tid)    // a[m][k]
-                     : ALoader(A, p.lda, 0, m0, p.k, p.m, tid);   // a[k][m]
-    BLoader lb = kBK ? BLoader(B, p.ldb, n0, 0, p.n, p.k, tid)    // b[n][k]
-                     : BLoader(B, p.ldb, 0, n0, p.k, p.n, tid);   // b[k][n]
+    ALoader la = kAK ? ALoader(A, p.lda, m0, 0, p.m, k_len, tid)    // a[m][k]
+                     : ALoader(A, p.lda, 0, m0, k_len, p.m, tid);   // a[k][m]
+    BLoader lb = kBK ? BLoader(B, p.ldb, n0, 0, p.n, k_len, tid)    // b[n][k]
+                     : BLoader(B, p.ldb, 0, n0, k_len, p.n, tid);   // b[k][n]
     // Loads the next k-slice (slices are loaded in order) into `stage`.
     auto load_stage = [&](int stage) {
       const uint32_t sa = smem0 + uint32_t(stage * STAGE_CHUNKS) * 16u;
@@ -587,9 +608,14 @@ __global__ void __launch_bounds__(Cfg::WARPS_M * Cfg::WARPS_N * 32, Cfg::kMinBlo
         for (int h = 0; h < kAccRegs / 2; ++h) {
           const int r = wm * WTM + i * Cfg::MMA_M + g + 8 * h;
           const int cl = wn * WTN + j * Cfg::MMA_N + 2 * t;
-          if (r < rows_left && cl < cols_left)
-            store_pair<T>(p, tile_off + int64_t(r) * p.ldc + cl, cl + 1 < cols_left,
-                          acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          if (r < rows_left && cl < cols_left) {
+            if (p.partial)
+              store_partial(p, item, m0 + r, n0 + cl, cl + 1 < cols_left, acc[i][j][2 * h],
+                            acc[i][j][2 * h + 1]);
+            else
+              store_pair<T>(p, tile_off + int64_t(r) * p.ldc + cl, cl + 1 < cols_left,
+                            acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          }
         }
   }
 }
@@ -687,7 +713,6 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
     m0 = tm * kSimtBM;
     n0 = tn * kSimtBN;
   };
-  const int64_t ktiles = (p.k + kSimtBK - 1) / kSimtBK;
   const bool a_vec = p.a_copy == 16, b_vec = p.b_copy == 16;
 
   for (int64_t item = blockIdx.y; item < p.batch; item += gridDim.y) {
@@ -695,8 +720,12 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
     batch_offsets(p.bi, item, a_off, b_off);
     int64_t m0, n0;
     tile_origin(m0, n0);
-    QuadLoader<!kTransA> la(p.a + a_off, p.lda, m0, p.m, p.k, tid);
-    QuadLoader<kTransB> lb(p.b + b_off, p.ldb, n0, p.n, p.k, tid);
+    const int64_t k_begin = int64_t(blockIdx.z) * p.k_split;  // this split's k range
+    const int64_t k_len = imin<int64_t>(p.k - k_begin, p.k_split);
+    QuadLoader<!kTransA> la(p.a + a_off + (kTransA ? k_begin * p.lda : k_begin), p.lda, m0, p.m,
+                            k_len, tid);
+    QuadLoader<kTransB> lb(p.b + b_off + (kTransB ? k_begin : k_begin * p.ldb), p.ldb, n0, p.n,
+                           k_len, tid);
 
     float acc[8][8];
 #pragma unroll
@@ -704,6 +733,7 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
+    const int64_t ktiles = (k_len + kSimtBK - 1) / kSimtBK;
     float ra[4], rb[4];
     la.load(ra, a_vec);
     lb.load(rb, b_vec);
@@ -760,6 +790,14 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
       for (int h = 0; h < 2; ++h) {
         const int cl = 64 * h + 4 * tx;
         if (cl >= cols_left) continue;
+        if (p.partial) {  // split-K: raw sums
+          float* dst = p.partial + ((int64_t(blockIdx.z) * p.batch + item) * p.m + m0 + r) * p.n +
+                       n0 + cl;
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (cl + j < cols_left) dst[j] = acc[i][4 * h + j];
+          continue;
+        }
         const int64_t off = tile_off + int64_t(r) * p.ldc + cl;
         if (p.out_vec && cl + 4 <= cols_left) {  // off % 4 == 0: ldc, out_stride, n0 + cl are
           float4 cv = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -797,8 +835,71 @@ __global__ void __launch_bounds__(256) scale_c_kernel(const T* c, T* out, int64_
 }
 
 // ---------------------------------------------------------------------------------
+// Split-K: out = alpha * (sum of the splits' partial sums, in split order) + beta * c.
+// The fixed order keeps split-K results bit-identical from run to run.
+// ---------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void __launch_bounds__(256) split_sum_kernel(const Params<T> p, int splits) {
+  const int64_t mn = p.m * p.n, total = p.batch * mn;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    Acc<T> sum = p.partial[i];
+    for (int z = 1; z < splits; ++z) sum += p.partial[z * total + i];
+    const int64_t item = i / mn, r = (i - item * mn) / p.n, col = i - item * mn - r * p.n;
+    const int64_t off = item * p.out_stride + r * p.ldc + col;
+    p.out[off] = finish(p, sum, p.c, off);
+  }
+}
+
+// ---------------------------------------------------------------------------------
 // Host side
 // ---------------------------------------------------------------------------------
+
+// Block tile of the kernel a dtype (element bytes) runs: bm x bn outputs, bk per k-slice.
+struct Tile {
+  int64_t bm, bn, bk;
+};
+inline Tile tile_for(size_t element_bytes, bool allow_tf32) {
+  if (element_bytes == 2) return {128, 128, 32};
+  if (element_bytes == 8) return {128, 64, 8};
+  return allow_tf32 ? Tile{128, 128, 16} : Tile{128, 128, 8};
+}
+
+// Split-K plan: when the output tiles of all batch items cannot give every SM a block
+// and k is long, k is cut into `splits` ranges of k_split (whole k-slices, at least
+// kMinSplitSlices each) computed by separate blocks (gridDim.z); a second kernel sums
+// them. About two blocks per SM in all, at most kMaxSplits, and a workspace of at most
+// kMaxSplitBytes.
+struct SplitPlan {
+  int splits = 1;
+  int64_t k_split = 0;
+  size_t workspace = 0;
+};
+constexpr int64_t kMinSplitSlices = 8, kMaxSplits = 32;
+constexpr size_t kMaxSplitBytes = size_t(256) << 20;
+
+SplitPlan plan_split(const GemmShape& s, size_t element_bytes, bool allow_tf32) {
+  SplitPlan plan;
+  plan.k_split = s.k;
+  const int64_t batch = s.batch_count();
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || batch <= 0) return plan;
+  const Tile t = tile_for(element_bytes, allow_tf32);
+  const int64_t blocks = ((s.m + t.bm - 1) / t.bm) * ((s.n + t.bn - 1) / t.bn) * batch;
+  const int64_t slices = (s.k + t.bk - 1) / t.bk;
+  const int64_t sms = sm_count();
+  if (blocks >= sms || slices < 2 * kMinSplitSlices) return plan;
+  const size_t acc_bytes = element_bytes == 8 ? 8 : 4;
+  const size_t split_bytes = size_t(batch) * size_t(s.m) * size_t(s.n) * acc_bytes;
+  int64_t splits = std::min({(2 * sms + blocks - 1) / blocks, slices / kMinSplitSlices,
+                             kMaxSplits, int64_t(kMaxSplitBytes / split_bytes)});
+  if (splits < 2) return plan;
+  const int64_t slices_per_split = (slices + splits - 1) / splits;
+  plan.k_split = slices_per_split * t.bk;
+  plan.splits = int((s.k + plan.k_split - 1) / plan.k_split);
+  plan.workspace = size_t(plan.splits) * split_bytes;
+  return plan;
+}
 
 // The batch dims with size-1 dims dropped and neighbours merged where both operands'
 // strides chain (offset = (i_outer * size + i) * stride), outermost first.
@@ -897,6 +998,8 @@ bool make_params(const GemmShape& s, const T* a, const T* b, const T* c, T* out,
   p.a_copy = copy_width(a, p.lda, s.a_batch_strides, e);
   p.b_copy = copy_width(b, p.ldb, s.b_batch_strides, e);
   p.bi = bi;
+  p.k_split = s.k;
+  p.partial = nullptr;
   if (p.tiles_m > INT_MAX / p.tiles_n) return false;
   grid = dim3(unsigned(p.tiles_m * p.tiles_n), unsigned(p.batch < 65535 ? p.batch : 65535), 1);
   return true;
@@ -924,19 +1027,40 @@ cudaError_t gemm_outer_loop(cudaStream_t stream, const GemmShape& shape, const M
       b_off += i * mb.b_stride[d];
     }
     const T* c_item = c ? c + o * out_step : nullptr;
-    if (const cudaError_t status =
-            gemm(stream, inner, a + a_off, b + b_off, c_item, out + o * out_step, allow_tf32);
+    if (const cudaError_t status = gemm(stream, inner, a + a_off, b + b_off, c_item,
+                                        out + o * out_step, allow_tf32, nullptr);
         status != cudaSuccess)
       return status;
   }
   return cudaSuccess;
 }
 
+// Launches a gemm kernel over grid (x: tiles, y: batch), split along k as planned.
+template <typename T, typename Launch>
+cudaError_t launch_split(cudaStream_t stream, const GemmShape& shape, Params<T>& p, dim3 grid,
+                         bool allow_tf32, void* workspace, Launch launch_kernel) {
+  const SplitPlan plan = workspace ? plan_split(shape, sizeof(T), allow_tf32) : SplitPlan{};
+  if (plan.splits < 2) return launch_kernel(p, grid);
+  p.k_split = plan.k_split;
+  p.partial = static_cast<Acc<T>*>(workspace);
+  grid.z = unsigned(plan.splits);
+  if (const cudaError_t err = launch_kernel(p, grid); err != cudaSuccess) return err;
+  const int64_t total = p.batch * p.m * p.n;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t(sm_count()) * 8);
+  return launch(&split_sum_kernel<T>, unsigned(blocks), 256, 0, stream, p, plan.splits);
+}
+
 }  // namespace
+
+size_t gemm_workspace_bytes(const GemmShape& shape, size_t element_bytes, bool allow_tf32) {
+  if (merge_batch_dims(shape).dims.size() > size_t(kMaxBatchRank)) return 0;
+  const SplitPlan plan = plan_split(shape, element_bytes, allow_tf32 && element_bytes == 4);
+  return plan.splits > 1 ? (plan.workspace + 255) / 256 * 256 : 0;
+}
 
 template <typename T>
 cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const T* b,
-                 const T* c, T* out, bool allow_tf32) {
+                 const T* c, T* out, bool allow_tf32, void* workspace) {
   using AccT = Acc<T>;
   if (shape.m < 0 || shape.n < 0 || shape.k < 0) return cudaErrorInvalidValue;
   const int64_t batch = shape.batch_count();
@@ -973,13 +1097,15 @@ cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const 
     if (!make_params(shape, a, b, c, out, Cfg::BM, Cfg::BN, bi, p, grid))
       return cudaErrorInvalidValue;
     p.out_vec = out_vec(2);
-    return launch_mma<Cfg>(stream, shape, p, grid);
+    return launch_split(stream, shape, p, grid, false, workspace,
+                        [&](const Params<T>& q, dim3 g) { return launch_mma<Cfg>(stream, shape, q, g); });
   } else if constexpr (std::is_same_v<T, double>) {
     using Cfg = MmaConfig<Kind::kF64>;
     if (!make_params(shape, a, b, c, out, Cfg::BM, Cfg::BN, bi, p, grid))
       return cudaErrorInvalidValue;
     p.out_vec = out_vec(2);
-    return launch_mma<Cfg>(stream, shape, p, grid);
+    return launch_split(stream, shape, p, grid, false, workspace,
+                        [&](const Params<T>& q, dim3 g) { return launch_mma<Cfg>(stream, shape, q, g); });
   } else {
     static_assert(std::is_same_v<T, float>);
     if (allow_tf32) {
@@ -987,23 +1113,25 @@ cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const 
       if (!make_params(shape, a, b, c, out, Cfg::BM, Cfg::BN, bi, p, grid))
         return cudaErrorInvalidValue;
       p.out_vec = out_vec(2);
-      return launch_mma<Cfg>(stream, shape, p, grid);
+      return launch_split(stream, shape, p, grid, true, workspace,
+                          [&](const Params<T>& q, dim3 g) { return launch_mma<Cfg>(stream, shape, q, g); });
     }
     if (!make_params(shape, a, b, c, out, kSimtBM, kSimtBN, bi, p, grid))
       return cudaErrorInvalidValue;
     p.out_vec = out_vec(4);
-    return launch_simt(stream, shape, p, grid);
+    return launch_split(stream, shape, p, grid, false, workspace,
+                        [&](const Params<T>& q, dim3 g) { return launch_simt(stream, shape, q, g); });
   }
 }
 
 template cudaError_t gemm<half>(cudaStream_t, const GemmShape&, const half*, const half*,
-                                const half*, half*, bool);
+                                const half*, half*, bool, void*);
 template cudaError_t gemm<bfloat16>(cudaStream_t, const GemmShape&, const bfloat16*,
-                                    const bfloat16*, const bfloat16*, bfloat16*, bool);
+                                    const bfloat16*, const bfloat16*, bfloat16*, bool, void*);
 template cudaError_t gemm<float>(cudaStream_t, const GemmShape&, const float*, const float*,
-                                 const float*, float*, bool);
+                                 const float*, float*, bool, void*);
 template cudaError_t gemm<double>(cudaStream_t, const GemmShape&, const double*, const double*,
-                                  const double*, double*, bool);
+                                  const double*, double*, bool, void*);
 
 }  // namespace oxijax::cuda
 

@@ -34,21 +34,26 @@ cudaError_t reduce(cudaStream_t stream, ReduceOp op, const ReduceShape& shape, c
                    T* out, void* workspace);
 
 // allow_tf32: float32 inputs may use TF32 tensor cores (opt-in); other dtypes ignore it.
+// When the output tiles cannot fill the GPU and k is long, gemm splits k over blocks
+// (split-K) and needs a device workspace of gemm_workspace_bytes (256-byte aligned; none
+// when 0). Without a workspace (nullptr) it never splits.
+size_t gemm_workspace_bytes(const GemmShape& shape, size_t element_bytes, bool allow_tf32);
 template <typename T>
 cudaError_t gemm(cudaStream_t stream, const GemmShape& shape, const T* a, const T* b,
-                 const T* c, T* out, bool allow_tf32);
+                 const T* c, T* out, bool allow_tf32, void* workspace);
 
 template <typename T>
 cudaError_t conv2d(cudaStream_t stream, const ConvShape& shape, const T* x, const T* w, T* out);
 
+// allow_tf32: float32 inputs may use TF32 tensor cores (opt-in); other dtypes ignore it.
 template <typename T>
 cudaError_t attention(cudaStream_t stream, const AttentionShape& shape, const T* q, const T* k,
-                      const T* v, T* out, Acc<T>* lse);
+                      const T* v, T* out, Acc<T>* lse, bool allow_tf32);
 
 // Attention gradients (FlashAttention-2 backward): dq like q, dk and dv like k, from the
-// forward's out and lse and the output cotangent dout. Needs a device workspace of
-// attention_backward_workspace_bytes (float32 / float64 dQ accumulator and per-row
-// delta), 256-byte aligned.
+// forward's out and lse and the output cotangent dout; deterministic (no atomics). Needs
+// a device workspace of attention_backward_workspace_bytes, 256-byte aligned: at its
+// start the per-row delta = rowsum(dout * out), in float32 / float64.
 size_t attention_backward_workspace_bytes(const AttentionShape& shape, size_t element_bytes);
 template <typename T>
 cudaError_t attention_backward(cudaStream_t stream, const AttentionShape& shape, const T* q,
