@@ -143,6 +143,9 @@ def gemm(t: Tour) -> None:
         t.run(f"gemm batched broadcast {dtype.__name__}", oxijax.matmul,
               normal(a_batch + (9, 7), dtype, 8), normal(b_batch + (7, 5), dtype, 9))
         t.run(f"gemm grad {dtype.__name__}", grad_of(oxijax.matmul), a, b)
+        # Few output tiles, long k: split-K, then the splits' sum.
+        t.run(f"gemm split-k {dtype.__name__}", oxijax.matmul,
+              normal((21, 1100), dtype, 5), normal((1100, 13), dtype, 6))
     t.run("gemm tf32", lambda a, b: oxijax.gemm(a, b, precision="tf32"),
           normal((65, 33), jnp.float32, 10), normal((33, 17), jnp.float32, 11))
     t.run("gemm k=0", lambda a, b: oxijax.matmul(a, b), normal((3, 0), jnp.float32, 0),
@@ -171,13 +174,16 @@ def conv2d(t: Tour) -> None:
             t.run(f"conv2d stride {stride} {dtype.__name__}", conv, x, w)
             t.run(f"conv2d stride {stride} grad {dtype.__name__}", grad_of(conv), x, w)
     # A filter gradient deep enough (N·P·Q) to be split over blocks, then summed.
-    t.run("conv2d filter grad split float32", grad_of(oxijax.conv2d),
-          normal((1, 1, 40, 40), jnp.float32, 12), normal((2, 1, 3, 3), jnp.float32, 13))
+    for dtype in (jnp.float32, jnp.bfloat16):
+        t.run(f"conv2d filter grad split {dtype.__name__}", grad_of(oxijax.conv2d),
+              normal((1, 1, 40, 40), dtype, 12), normal((2, 1, 3, 3), dtype, 13))
 
 
 def attention(t: Tour) -> None:
-    cases = [(jnp.bfloat16, 64), (jnp.float16, 128), (jnp.bfloat16, 40), (jnp.float32, 64),
-             (jnp.float64, 32)]
+    # Tensor cores for half types with head dims that are multiples of 8 (200: padded to
+    # 256, output columns in halves); 36: SIMT.
+    cases = [(jnp.bfloat16, 64), (jnp.float16, 128), (jnp.bfloat16, 40), (jnp.float16, 200),
+             (jnp.bfloat16, 36), (jnp.float32, 64), (jnp.float64, 32)]
     for dtype, d in cases:
         for causal in (False, True):
             q, k, v = (normal((1, 2, s, d), dtype, 14 + i) for i, s in enumerate((70, 97, 97)))
@@ -188,6 +194,8 @@ def attention(t: Tour) -> None:
             if causal:  # forward mode
                 t.run(f"{label} jvp", lambda q, k, att=att: jax.jvp(
                     lambda q: att(q, k), (q,), (k[:, :, :70],)), q, k)
+    q, k = normal((1, 2, 70, 48), jnp.float32, 14), normal((1, 2, 97, 48), jnp.float32, 15)
+    t.run("attention tf32 float32", lambda q, k: oxijax.attention(q, k, k, precision="tf32"), q, k)
 
 
 def backend(t: Tour) -> None:

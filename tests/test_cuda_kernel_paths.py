@@ -121,6 +121,20 @@ def _tf32():
     return [(out, f64(a) @ f64(b).T, F32, dict(scale=2.0 * 23, factor=300.0))]
 
 
+# Split-K: few output tiles, long k (a weight gradient's shape); the splits are summed in
+# a fixed order by split_sum_kernel.
+for dt, precision in ((F16, "highest"), (BF16, "highest"), (F32, "highest"), (F32, "tf32"), (F64, "highest")):
+    kernel = GEMM_KERNEL[dt] if precision == "highest" else r"mma_gemm_kernel<MmaConfig<\(Kind\)2>"
+
+    @case(f"gemm-split-k-{STORAGE[dt]}-{precision}", kernel, rf"split_sum_kernel<{STORAGE[dt]}>")
+    def _split_k(dt=dt, precision=precision):
+        m, n, k = 19, 37, 1500
+        a, b, c = random((k, m), dt, 1), random((k, n), dt, 2), random((m, n), dt, 3)
+        out = oxijax.gemm(a, b, c, trans_a="T", alpha=0.5, beta=-1.5, precision=precision)
+        factor = 300.0 if precision == "tf32" else 1.0
+        return [(out, 0.5 * f64(a).T @ f64(b) - 1.5 * f64(c), dt, dict(scale=2.0 * k, factor=factor))]
+
+
 CONV_KERNEL = {F16: r"conv2d_tc_kernel<false>", BF16: r"conv2d_tc_kernel<true>",
                F32: r"conv2d_simt_kernel<SimtConfig<float", F64: r"conv2d_simt_kernel<SimtConfig<double"}
 for dt in (F16, BF16, F32, F64):
@@ -139,7 +153,10 @@ for dt in (F16, BF16, F32, F64):
         ref = jax.grad(lambda x: _conv_ref(x, w, (1, 1), (1, 1)).sum())(jnp.asarray(f64(x)))
         return [(g, ref, dt, dict(scale=2.0 * 36))]
 
-    @case(f"conv2d-grads-stride2-{t}", rf"igemm_kernel<{t}, DataProblem", rf"igemm_kernel<{t}, FilterProblem")
+    igemm = (rf"igemm_tc_kernel<{'true' if dt == BF16 else 'false'}, " if dt in (F16, BF16)
+             else rf"igemm_kernel<{t}, ")
+
+    @case(f"conv2d-grads-stride2-{t}", igemm + "DataProblem", igemm + "FilterProblem")
     def _grads2(dt=dt):
         x, w = random((2, 3, 9, 8), dt, 1), random((4, 3, 3, 2), dt, 2)
         f = lambda x, w: oxijax.conv2d(x, w, stride=2, padding=(1, 0)).astype(F32).sum()  # noqa: E731
@@ -149,54 +166,86 @@ for dt in (F16, BF16, F32, F64):
         return [(gx, rx, dt, dict(scale=2.0 * 24)), (gw, rw, dt, dict(scale=2.0 * 40))]
 
 
-@case("conv2d-filter-grad-split", r"igemm_kernel<float, FilterProblem", r"sum_splits_kernel<float>")
-def _split_filter():
-    x, w = random((1, 1, 150, 150), F32, 1), random((2, 1, 3, 3), F32, 2)
-    g = jax.grad(lambda w: oxijax.conv2d(x, w).sum())(w)
-    ref = jax.grad(lambda w: _conv_ref(x, w, (1, 1), (0, 0)).sum())(jnp.asarray(f64(w)))
-    return [(g, ref, F32, dict(scale=2.0 * 150))]
+for dt, kernel in ((F32, r"igemm_kernel<float, FilterProblem"),
+                   (BF16, r"igemm_tc_kernel<true, FilterProblem")):
+    @case(f"conv2d-filter-grad-split-{STORAGE[dt]}", kernel, rf"sum_splits_kernel<{STORAGE[dt]}>")
+    def _split_filter(dt=dt):
+        x, w = random((1, 1, 150, 150), dt, 1), random((2, 1, 3, 3), dt, 2)
+        g = jax.grad(lambda w: oxijax.conv2d(x, w).astype(F32).sum())(w)
+        ref = jax.grad(lambda w: _conv_ref(x, w, (1, 1), (0, 0)).sum())(jnp.asarray(f64(w)))
+        return [(g, ref, dt, dict(scale=2.0 * 150))]
 
 
-def _attention_case(dt, d, causal, sq=70, skv=50, kernels=()):
+def _attention_case(dt, d, causal, sq=70, skv=50, precision="highest", factor=2.0):
     def run():
         q, k, v = random((1, 2, sq, d), dt, 1), random((1, 2, skv, d), dt, 2), random((1, 2, skv, d), dt, 3)
         scale = 1.0 / np.sqrt(d)
-        out = oxijax.attention(q, k, v, causal=causal)
-        return [(out, attention_reference(q, k, v, scale, causal), dt, dict(factor=2.0))]
+        out = oxijax.attention(q, k, v, causal=causal, precision=precision)
+        return [(out, attention_reference(q, k, v, scale, causal), dt, dict(factor=factor))]
     return run
 
 
-for dt, d in ((F16, 64), (BF16, 128), (F16, 128), (BF16, 64)):
+MMA_INPUT = {F16: 0, BF16: 1, F32: 2}  # mma_tile::MmaInput (float32: TF32)
+# Every padded head dim (16-bit units): 64, 128, 192, 256; real head dims below them.
+for dt, d, padded in ((F16, 64, 64), (BF16, 128, 128), (F16, 128, 128), (BF16, 64, 64),
+                      (F16, 40, 64), (BF16, 80, 128), (F16, 160, 192), (BF16, 200, 256),
+                      (F16, 256, 256)):
     for causal in (False, True):
         c = "causal" if causal else "full"
         case(f"attention-mma-{STORAGE[dt]}-d{d}-{c}",
-             rf"attention_mma_kernel<{'true' if dt == BF16 else 'false'}, {d}>")(
+             rf"attention_mma_kernel<\(MmaInput\){MMA_INPUT[dt]}, {padded}>")(
             _attention_case(dt, d, causal))
-for dt, d in ((F32, 16), (F64, 200), (BF16, 32), (F32, 130)):
+# TF32 (opt-in): float32 head dims up to 128 = 256 16-bit units.
+for d, padded in ((20, 64), (64, 128), (72, 192), (128, 256)):
+    case(f"attention-tf32-d{d}", rf"attention_mma_kernel<\(MmaInput\)2, {padded}>")(
+        _attention_case(F32, d, True, precision="tf32", factor=300.0))
+for dt, d in ((F32, 16), (F64, 200), (BF16, 36), (F32, 130)):
     case(f"attention-simt-{STORAGE[dt]}-d{d}", rf"attention_simt_kernel<{STORAGE[dt]}>")(
         _attention_case(dt, d, True, sq=40, skv=25))  # Sq > Skv: fully masked rows
 
 
-for dt in (F16, BF16, F32, F64):
-    t = STORAGE[dt]
-
-    @case(f"attention-grad-{t}", rf"delta_kernel<{t}>", rf"backward_kernel<{t}>", rf"store_kernel<{t}>")
-    def _attention_grad(dt=dt):
-        q, k, v = random((1, 2, 30, 64), dt, 1), random((1, 2, 20, 64), dt, 2), random((1, 2, 20, 64), dt, 3)
-
+def _attention_grad_case(dt, d, sq, skv):
+    def run():
+        q, k, v = random((1, 2, sq, d), dt, 1), random((1, 2, skv, d), dt, 2), random((1, 2, skv, d), dt, 3)
         acc = F64 if dt == F64 else F32
         ours = jax.grad(lambda q, k, v: jnp.sum(oxijax.attention(q, k, v, causal=True).astype(acc) ** 2),
                         (0, 1, 2))(q, k, v)
 
         def ref(q, k, v):
-            s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / 8.0
-            vis = jnp.arange(20)[None, :] <= jnp.arange(30)[:, None] - 10
+            s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(d)
+            vis = jnp.arange(skv)[None, :] <= jnp.arange(sq)[:, None] + (skv - sq)
             s = jnp.where(vis, s, -jnp.inf)
             p = jnp.where(vis, jax.nn.softmax(jnp.where(vis, s, -1e300), -1), 0.0)
             return jnp.sum(jnp.einsum("bhqk,bhkd->bhqd", p, v) ** 2)
 
         refs = jax.grad(ref, (0, 1, 2))(*(jnp.asarray(f64(a)) for a in (q, k, v)))
         return [(o, r, dt, dict(factor=8.0)) for o, r in zip(ours, refs)]
+    return run
+
+
+def _grad_kernels(t):
+    return rf"delta_kernel<{t}>", rf"dkdv_kernel<{t}>", rf"dq_kernel<{t}>"
+
+
+# Half types at head_dim 36, which the tensor-core backward (multiples of 8) leaves to SIMT.
+# Sq > Skv: causal rows that see no key.
+for dt, d in ((F16, 36), (BF16, 36), (F32, 64), (F64, 64)):
+    case(f"attention-grad-{STORAGE[dt]}", *_grad_kernels(STORAGE[dt]))(
+        _attention_grad_case(dt, d, sq=30, skv=20))
+# Tiles of 32 keys and queries, ragged in both: several of each, Sq < Skv.
+case("attention-grad-float-tile32", *_grad_kernels("float"))(
+    _attention_grad_case(F32, 64, sq=77, skv=101))
+# Tensor cores: every padded head dim; above 128 the output columns split in halves.
+# Sq > Skv: rows that see no key; Sq < Skv: several key blocks per query block.
+for dt, d, padded, sq, skv in ((F16, 64, 64, 30, 20), (BF16, 128, 128, 70, 50),
+                               (F16, 40, 64, 45, 130), (BF16, 160, 192, 30, 20),
+                               (F16, 200, 256, 20, 70)):
+    t, bf = STORAGE[dt], "true" if dt == BF16 else "false"
+    case(f"attention-grad-mma-{t}-d{d}", rf"delta_kernel<{t}>", rf"dkdv_mma_kernel<{bf}, {padded}>",
+         rf"dq_mma_kernel<{bf}, {padded}>")(_attention_grad_case(dt, d, sq=sq, skv=skv))
+
+for dt in (F16, BF16, F32, F64):
+    t = STORAGE[dt]
 
     @case(f"attention-jvp-{t}", rf"jvp_kernel<{t}>")
     def _attention_jvp(dt=dt):
@@ -215,7 +264,7 @@ def attention_reference_jnp(q, k, v):
 
 def _short(name: str) -> str:
     """A demangled kernel name without its namespaces."""
-    return re.sub(r"oxijax::|cuda::|\(anonymous namespace\)::", "", name)
+    return re.sub(r"oxijax::|cuda::|mma_tile::|\(anonymous namespace\)::", "", name)
 
 
 @pytest.mark.parametrize("case_id,kernels,run", CASES, ids=[c[0] for c in CASES])

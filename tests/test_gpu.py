@@ -185,10 +185,12 @@ def test_reduce_nan_propagates(target):
         np.testing.assert_array_equal(np.isnan(out), [False, True, False])
 
 
-GEMM_SIZES = [(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (129, 257, 300), (1000, 1, 513)]
+# (40, 24, 4100) and (5, 300, 2999): few output tiles and a long k, split over blocks.
+GEMM_SIZES = [(1, 1, 1), (3, 5, 7), (17, 33, 65), (64, 64, 64), (129, 257, 300), (1000, 1, 513),
+              (40, 24, 4100), (5, 300, 2999)]
 # Smaller analogues of the two large sizes: ragged tiles in m and n and more k-tiles than
-# pipeline stages; several m-tiles, n = 1 and an odd k (unaligned rows).
-GEMM_QUICK = GEMM_SIZES[:4] + [(129, 130, 100), (300, 1, 129)]
+# pipeline stages; several m-tiles, n = 1 and an odd k (unaligned rows); split-K.
+GEMM_QUICK = GEMM_SIZES[:4] + [(129, 130, 100), (300, 1, 129), (40, 24, 1100)]
 
 
 @pytest.mark.parametrize("trans", ["NN", "NT", "TN", "TT"])
@@ -235,6 +237,17 @@ def test_gemm_tf32_mode_is_close(target):
     assert np.max(np.abs(f64(out) - expected)) <= 2e-3 * np.sqrt(512) * 4
 
 
+@both_modes
+def test_attention_tf32_mode_is_close(target):
+    """float32 attention on TF32 tensor cores (opt-in), head dims up to 128 (padded)."""
+    for d in (20, 128):
+        q, k, v = (random((1, 2, s, d), jnp.float32, i) for i, s in enumerate((70, 50, 50)))
+        fn = lambda q, k, v: oxijax.attention(q, k, v, causal=True, precision="tf32")  # noqa: E731
+        out = target.run(fn, q, k, v)
+        expected = attention_reference(q, k, v, 1 / np.sqrt(d), True)
+        assert np.max(np.abs(f64(out) - expected)) <= 4e-3
+
+
 @cases("x_shape,w_shape,stride,padding", CONV_CASES, quick=CONV_CASES)
 def test_conv2d(x_shape, w_shape, stride, padding, dtype, target):
     x = random(x_shape, dtype, seed=1)
@@ -246,9 +259,12 @@ def test_conv2d(x_shape, w_shape, stride, padding, dtype, target):
 
 
 ATTENTION_SHAPES = [(1, 1, 1, 1, 1), (2, 3, 5, 7, 16), (1, 2, 63, 65, 64), (2, 2, 130, 127, 128),
-                    (1, 1, 200, 3, 64), (1, 1, 3, 200, 256), (1, 1, 17, 29, 3), (1, 2, 600, 600, 128)]
-# Several query tiles and key tiles (ragged) without the two largest sizes.
-ATTENTION_QUICK = ATTENTION_SHAPES[:3] + [(1, 2, 130, 127, 128)] + ATTENTION_SHAPES[4:7]
+                    (1, 1, 200, 3, 64), (1, 1, 3, 200, 256), (1, 1, 17, 29, 3), (1, 2, 600, 600, 128),
+                    (1, 2, 70, 50, 80), (1, 1, 33, 97, 200)]
+# Several query tiles and key tiles (ragged) without the two largest sizes; head dims
+# padded on tensor cores (80 -> 128, 200 -> 256).
+ATTENTION_QUICK = (ATTENTION_SHAPES[:3] + [(1, 2, 130, 127, 128)] + ATTENTION_SHAPES[4:7]
+                   + ATTENTION_SHAPES[8:])
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -358,10 +374,12 @@ def test_conv2d_grads(x_shape, w_shape, stride, padding, dtype, target):
 
 
 ATTENTION_GRAD_SHAPES = [(1, 2, 7, 5, 3), (2, 1, 64, 130, 64), (1, 2, 130, 127, 128),
-                         (1, 1, 200, 256, 64)]
+                         (1, 1, 200, 256, 64), (1, 1, 70, 90, 96), (1, 2, 100, 77, 256)]
 # Smaller analogues: several (ragged) key tiles and query tiles, causal skipping query
-# tiles (Sq < Skv), and a head_dim of 128 with queries that see no key (causal, Sq > Skv).
-ATTENTION_GRAD_QUICK = [(1, 2, 7, 5, 3), (2, 1, 24, 40, 64), (1, 1, 40, 33, 128)]
+# tiles (Sq < Skv), and a head_dim of 128 with queries that see no key (causal, Sq > Skv);
+# a head dim above 128 (160 -> 192: the tensor-core backward's column halves).
+ATTENTION_GRAD_QUICK = [(1, 2, 7, 5, 3), (2, 1, 24, 40, 64), (1, 1, 40, 33, 128),
+                        (1, 1, 30, 45, 160)]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
