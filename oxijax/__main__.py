@@ -71,9 +71,9 @@ def check(dtypes: list[str]) -> int:
 
 
 def bench(dtypes: list[str], repeats: int, size: str | None, json_path: str | None,
-          plot_path: str | None) -> int:
+          plot_path: str | None, ops: list[str] | None = None) -> int:
     """oxijax vs XLA's own op (and other baselines) in the same run; ratio > 1: oxijax faster."""
-    report = benchmark.run(dtypes, repeats, size, json_path)
+    report = benchmark.run(dtypes, repeats, size, json_path, ops=ops)
     benchmark.print_table(report)
     if plot_path:
         benchmark.plot(report, plot_path)
@@ -97,13 +97,15 @@ def main(argv: list[str] | None = None) -> int:
                          help="problem sizes (default: 'gpu' on a GPU, else 'large')")
     bench_p.add_argument("--quick", action="store_true",
                          help="small sizes and 3 repeats: a run of well under a minute")
+    bench_p.add_argument("--op", action="append", metavar="TEXT",
+                         help="only the rows whose op contains TEXT (e.g. 'train step')")
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
         return 0
     if args.command == "bench":
         size, repeats = ("quick", 3) if args.quick else (args.size, args.repeats)
-        return bench(args.dtype or ["float32"], repeats, size, args.json, args.plot)
+        return bench(args.dtype or ["float32"], repeats, size, args.json, args.plot, args.op)
     if args.command is None:
         info()
         print()

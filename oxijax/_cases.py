@@ -115,15 +115,24 @@ class Sizes:
     gemm: tuple[int, ...]       # n for n^3 gemms
     conv: tuple[int, ...]       # batch, channels in, height, width, channels out (3x3 filter)
     attention: tuple[int, ...]  # batch, heads, sequence, head_dim
+    # The training-step rows (bench only; see training_cases): attention as above, conv2d
+    # as above with stride 1 and 2, padding 1. Empty: none at this size.
+    train_attention: tuple[int, ...] = ()
+    train_conv: tuple[int, ...] = ()
 
 
 SIZES = {
-    "small": Sizes(4099, 63, (67,), (2, 5, 11, 9, 7), (2, 3, 37, 16)),  # `check`
-    "quick": Sizes(1 << 20, 1024, (256,), (2, 32, 28, 28, 32), (1, 4, 256, 64)),  # bench --quick
-    "large": Sizes(1 << 24, 4096, (1024,), (8, 64, 56, 56, 64), (1, 8, 1024, 64)),  # CPU bench
+    "small": Sizes(4099, 63, (67,), (2, 5, 11, 9, 7), (2, 3, 37, 16),  # `check`
+                   (1, 2, 40, 16), (2, 4, 9, 9, 6)),
+    # bench --quick; no training-step rows: on a CPU their XLA compiles alone take ~2-5 s each
+    "quick": Sizes(1 << 20, 1024, (256,), (2, 32, 28, 28, 32), (1, 4, 256, 64)),
+    "large": Sizes(1 << 24, 4096, (1024,), (8, 64, 56, 56, 64), (1, 8, 1024, 64),  # CPU bench
+                   (1, 8, 1024, 64), (8, 64, 28, 28, 64)),
     # GPU bench: the sizes of the H200 goals (>= 2^26 elements, 4096^3 and 8192^3 gemms,
-    # head_dim 128 at S = 4096).
-    "gpu": Sizes(1 << 26, 8192, (4096, 8192), (32, 128, 56, 56, 128), (2, 16, 4096, 128)),
+    # head_dim 128 at S = 4096); training steps of a long-context attention layer and of a
+    # ResNet stage-3 convolution (N32 C256 28x28 K256).
+    "gpu": Sizes(1 << 26, 8192, (4096, 8192), (32, 128, 56, 56, 128), (2, 16, 4096, 128),
+                 (2, 16, 4096, 128), (32, 256, 28, 28, 256)),
 }
 
 
@@ -185,6 +194,118 @@ def cases(size: str) -> list[Case]:
              baselines=_cudnn_attention(True)),
         *_fwd_bwd_cases(b, heads, s, d),
     ]
+
+
+def _identity(x):
+    return x
+
+
+def _swap_bhsd(x):
+    """[B, H, S, D] <-> [B, S, H, D] (oxijax.attention's layout <-> jax.nn's)."""
+    return jnp.swapaxes(x, 1, 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Implementation:
+    """One implementation of a training step's forward pass, in its own layout.
+
+    ``to_native`` takes one array of the case (inputs and cotangent, in oxijax's layout)
+    to this implementation's layout, ``from_native`` takes its output and gradients back;
+    the benchmark applies both outside the timed function.
+    """
+    label: str
+    forward: Callable
+    to_native: Callable = _identity
+    from_native: Callable = _identity
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingCase:
+    """A training step of one layer, timed as ``jax.jit(training_step(forward))`` for
+    oxijax and for every baseline; all implementations compute the same function."""
+    op: str
+    shape: str
+    group: str                  # the benchmark prints one table per group
+    dtypes: tuple[str, ...]     # the dtypes it runs in (when --dtype asks for them)
+    make_args: Callable[[jnp.dtype], tuple]  # (inputs..., cotangent), oxijax's layout
+    oxijax: Implementation
+    baselines: tuple[Implementation, ...]  # the first is the row's "XLA" column
+    flops: float = 0.0          # forward + backward, as Case.flops
+    bytes_moved: float = 0.0    # inputs, cotangent, output and gradients, in elements
+
+
+def training_step(forward: Callable) -> Callable:
+    """``(*inputs, cotangent) -> ((loss, out), grads)``: ``jax.value_and_grad`` of
+    ``loss = sum(out * cotangent)`` (accumulated in at least float32) with respect to every
+    input, with the layer's output ``out`` as auxiliary result. The cotangent of ``out``
+    is therefore exactly ``cotangent``, whatever the dtype, and every implementation
+    must also materialise its forward output, as in a real training step."""
+    def step(*args):
+        *inputs, cotangent = args
+
+        def loss(*xs):
+            out = forward(*xs)
+            acc = jnp.promote_types(out.dtype, jnp.float32)
+            return jnp.sum(out.astype(acc) * cotangent.astype(acc)), out
+
+        return jax.value_and_grad(loss, argnums=tuple(range(len(inputs))), has_aux=True)(*inputs)
+    return step
+
+
+def _conv_reference(stride: int):
+    """lax.conv_general_dilated, 3x3, padding 1; float32 at precision HIGHEST (no TF32),
+    like oxijax's exact float32 kernels."""
+    def forward(x, w):
+        precision = jax.lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), [(1, 1), (1, 1)],
+                                            precision=precision)
+    return forward
+
+
+def training_cases(size: str) -> list[TrainingCase]:
+    """The training-step rows of the benchmark at ``size``: attention (bfloat16, causal and
+    not) against jax.nn.dot_product_attention's "xla" and "cudnn" implementations, each in
+    its native layout, and 3x3 conv2d (bfloat16 and float32, stride 1 and 2) against
+    lax.conv_general_dilated, which XLA runs through cuDNN on a GPU."""
+    sizes = SIZES[size]
+    cases = []
+    if sizes.train_attention:
+        b, heads, s, d = sizes.train_attention
+
+        def make_attention(t):
+            return tuple(_normal((b, heads, s, d), t, i) for i in range(4))  # q, k, v, dout
+
+        for causal in (False, True):
+            flops = 3.5 * 4.0 * b * heads * s * s * d  # backward: 5 products to forward's 2
+            cases.append(TrainingCase(
+                f"attention{' causal' * causal} train step", f"B{b} H{heads} S{s} D{d}",
+                "attention train step", ("bfloat16",), make_attention,
+                Implementation("oxijax", lambda q, k, v, c=causal: oxijax.attention(q, k, v, causal=c)),
+                tuple(Implementation(
+                    label, lambda q, k, v, c=causal, i=impl: jax.nn.dot_product_attention(
+                        q, k, v, is_causal=c, implementation=i), _swap_bhsd, _swap_bhsd)
+                    for label, impl in (("XLA", "xla"), ("cuDNN", "cudnn"))),
+                flops=flops / (2 if causal else 1), bytes_moved=8 * b * heads * s * d))
+    if sizes.train_conv:
+        n, c, h, w, k = sizes.train_conv
+        label = "XLA (cuDNN)" if jax.default_backend() == "gpu" else "XLA"
+        for stride in (1, 2):
+            p, q = (h - 1) // stride + 1, (w - 1) // stride + 1
+
+            def make_conv(t, p=p, q=q):
+                return (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1),
+                        _normal((n, k, p, q), t, 2))
+
+            cases.append(TrainingCase(
+                f"conv2d 3x3{f' stride {stride}' * (stride > 1)} train step",
+                f"{n}x{c}x{h}x{w} * {k}x{c}x3x3", "conv2d train step", ("bfloat16", "float32"),
+                make_conv,
+                Implementation("oxijax", lambda x, wt, s=stride: oxijax.conv2d(
+                    x, wt, stride=s, padding=1)),
+                (Implementation(label, _conv_reference(stride)),),
+                flops=3 * 2.0 * n * k * p * q * c * 9,  # forward, data and filter gradients
+                bytes_moved=2 * (n * c * h * w + k * c * 9 + n * k * p * q)))
+    return cases
 
 
 def _gemm_cases(n: int) -> list[Case]:

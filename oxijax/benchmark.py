@@ -45,12 +45,17 @@ def median_seconds(fn: Callable, args: Sequence[Any], repeats: int) -> float:
     once) to last ~20 ms, so that dispatch latency does not hide short GPU kernels.
     """
     try:
-        jax.block_until_ready(fn(*args))  # compile and warm up
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        single = time.perf_counter() - start
+        return _median_seconds(fn, args, repeats)
     except Exception:  # e.g. XLA:CPU has no float16 dot_general; cuDNN needs a GPU
         return float("nan")
+
+
+def _median_seconds(fn: Callable, args: Sequence[Any], repeats: int) -> float:
+    """median_seconds, raising what fn raises."""
+    jax.block_until_ready(fn(*args))  # compile and warm up
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    single = time.perf_counter() - start
     calls = max(1, min(1000, int(0.02 / max(single, 1e-9))))
     times = []
     for _ in range(repeats):
@@ -79,12 +84,14 @@ class Report:
     repeats: int
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     copy_gbps: dict[str, float] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)  # e.g. rows skipped, and why
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "device_kind": self.device_kind,
                 "platform": self.platform, "jax": jax.__version__,
                 "date": time.strftime("%Y-%m-%d"), "sizes": self.sizes,
-                "repeats": self.repeats, "copy_gbps": self.copy_gbps, "results": self.rows}
+                "repeats": self.repeats, "copy_gbps": self.copy_gbps, "notes": self.notes,
+                "results": self.rows}
 
 
 def _progress(total: int, enabled: bool):
@@ -98,10 +105,45 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="case", file=sys.stderr, leave=False)
 
 
+def _selected(op: str, ops: Sequence[str] | None) -> bool:
+    return not ops or any(o in op for o in ops)
+
+
+def training_plan(size: str, dtypes: Sequence[str], platform: str,
+                  ops: Sequence[str] | None = None
+                  ) -> tuple[list[tuple[_cases.TrainingCase, str]], list[str]]:
+    """The (training case, dtype) pairs that ``run`` measures, and notes on those it
+    leaves out: the 'gpu' size's need a GPU (XLA's attention alone would store
+    gigabytes of scores and take minutes per step on a CPU), and each case runs only in
+    its own dtypes."""
+    others = ", ".join(name for name, sizes in _cases.SIZES.items() if name != "gpu"
+                       and (sizes.train_attention or sizes.train_conv))
+    everything = _cases.training_cases(size)
+    if not everything and any(_selected(c.op, ops) for c in _cases.training_cases("gpu")):
+        return [], [f"train step rows: none at --size {size} (they are in --size {others}, gpu)"]
+    cases = [c for c in everything if _selected(c.op, ops)]
+    if not cases:
+        return [], []
+    if size == "gpu" and platform != "gpu":
+        return [], [f"train step rows: skipped, at --size gpu they need a GPU (this is a "
+                    f"{platform}); scaled-down ones are in --size {others}"]
+    plan, notes = [], []
+    for case in cases:
+        wanted = [d for d in dtypes if d in case.dtypes]
+        if not wanted:
+            notes.append(f"{case.op}: skipped, it runs in {' and '.join(case.dtypes)} only "
+                         f"(add --dtype {case.dtypes[0]})")
+        plan += [(case, d) for d in wanted]
+    return plan, notes
+
+
 def run(dtypes: Sequence[str] = ("float32",), repeats: int = 10, size: str | None = None,
-        json_path: str | None = None, progress: bool = True) -> Report:
+        json_path: str | None = None, progress: bool = True,
+        ops: Sequence[str] | None = None) -> Report:
     """Times every case of ``size`` ('small', 'quick', 'large', 'gpu'; default 'gpu' on
-    a GPU, else 'large') for each dtype against XLA and the case's other baselines.
+    a GPU, else 'large') for each dtype against XLA and the case's other baselines, then
+    the training-step rows (``training_plan``). ``ops``: only the rows whose op contains
+    one of these strings.
 
     With ``json_path`` the report is rewritten after every row, so that an interrupted
     run keeps what it measured.
@@ -109,20 +151,26 @@ def run(dtypes: Sequence[str] = ("float32",), repeats: int = 10, size: str | Non
     size = size or ("gpu" if jax.default_backend() == "gpu" else "large")
     device = jax.devices()[0]
     report = Report(str(device), device.device_kind, device.platform, size, repeats)
-    cases = _cases.cases(size) + _cases.eager_cases()
-    bar = _progress(len(cases) * len(dtypes), progress)
+    cases = [c for c in _cases.cases(size) + _cases.eager_cases() if _selected(c.op, ops)]
+    training, report.notes = training_plan(size, dtypes, device.platform, ops)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    total = len(cases) * len(dtypes) + len(training)
+    bar = _progress(total, progress and total > 0)
     step = 0
     for name in dtypes:
-        dtype = DTYPES[name]
-        report.copy_gbps[name] = copy_gbps(_cases.SIZES[size].elements, dtype, repeats)
-        for case in cases:
+        todo: list[tuple[Any, Callable[..., dict[str, Any]]]] = [(c, _measure) for c in cases]
+        todo += [(c, _measure_training) for c, d in training if d == name]
+        if not todo:
+            continue
+        report.copy_gbps[name] = copy_gbps(_cases.SIZES[size].elements, DTYPES[name], repeats)
+        for case, measure in todo:
             step += 1
             if bar is not None:
                 bar.set_description(f"{case.op} {name}")
             elif progress:
-                print(f"[{step}/{len(cases) * len(dtypes)}] {case.op} {name}", file=sys.stderr,
-                      flush=True)
-            report.rows.append(_measure(case, name, repeats, report.copy_gbps[name]))
+                print(f"[{step}/{total}] {case.op} {name}", file=sys.stderr, flush=True)
+            report.rows.append(measure(case, name, repeats, report.copy_gbps[name]))
             if bar is not None:
                 bar.update()
             if json_path:
@@ -154,6 +202,95 @@ def _measure(case: _cases.Case, dtype_name: str, repeats: int, copy: float) -> d
     return row
 
 
+# Largest difference (relative to the largest magnitude) between two implementations'
+# outputs and gradients that a training-step row accepts: a few roundings of the dtype.
+TRAINING_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-4, "float64": 1e-10}
+
+
+def _reason(error: BaseException) -> str:
+    """Why an implementation cannot run here, in one line (e.g. cuDNN on a CPU)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def relative_difference(actual: Sequence[Any], expected: Sequence[Any]) -> float:
+    """Largest |actual - expected| over matching arrays, each relative to the expected
+    array's largest magnitude; computed where the arrays live. NaN on a NaN, a shape
+    mismatch or a non-finite value."""
+    worst = 0.0
+    for a, e in zip(actual, expected, strict=True):
+        if a.shape != e.shape:
+            return math.nan
+        t = jnp.promote_types(e.dtype, jnp.float32)
+        a, e = jnp.asarray(a, t), jnp.asarray(e, t)
+        scale = jnp.maximum(jnp.max(jnp.abs(e), initial=0.0), jnp.finfo(t).tiny)
+        difference = float(jnp.max(jnp.abs(a - e), initial=0.0) / scale)
+        if not math.isfinite(difference):
+            return math.nan
+        worst = max(worst, difference)
+    return worst
+
+
+def _measure_training(case: _cases.TrainingCase, dtype_name: str, repeats: int,
+                      copy: float) -> dict[str, Any]:
+    """Runs every implementation's training step once, compares their outputs and
+    gradients with oxijax's (in oxijax's layout), then times each: jit(value_and_grad)
+    on inputs already in its native layout. One that cannot run here (cuDNN on a CPU, in
+    float32, or without cuDNN) is reported with the reason instead of a time."""
+    dtype = DTYPES[dtype_name]
+    args = case.make_args(dtype)
+    implementations = (case.oxijax, *case.baselines)
+    runnable, results, errors = {}, {}, {}
+    for impl in implementations:
+        native = tuple(impl.to_native(a) for a in args)
+        step = jax.jit(_cases.training_step(impl.forward))
+        try:
+            (_, out), grads = jax.block_until_ready(step(*native))
+        except Exception as error:
+            errors[impl.label] = _reason(error)
+            continue
+        runnable[impl.label] = (step, native)
+        results[impl.label] = [impl.from_native(x) for x in (out, *grads)]
+    reference = results.pop(case.oxijax.label, None)
+    differences = {label: relative_difference(r, reference) if reference is not None else math.nan
+                   for label, r in results.items()}
+    del results, reference  # free the outputs before timing
+    tolerance = TRAINING_TOLERANCE[dtype_name]
+    agree = bool(differences) and all(d <= tolerance for d in differences.values())
+    times = {}
+    for label, (step, native) in runnable.items():
+        try:
+            times[label] = _median_seconds(step, native, repeats)
+        except Exception as error:  # e.g. out of memory on the second call
+            errors[label] = _reason(error)
+    nan = math.nan
+    ours = times.get(case.oxijax.label, nan)
+    baselines: dict[str, dict[str, Any]] = {}
+    for impl in case.baselines:
+        t = times.get(impl.label, nan)
+        entry: dict[str, Any] = {"ms": t * 1e3, "ratio": t / ours,
+                                 "max_diff": differences.get(impl.label, nan)}
+        if impl.label in errors:
+            entry["error"] = errors[impl.label]
+        baselines[impl.label] = entry
+    first = baselines[case.baselines[0].label]
+    itemsize = jnp.dtype(dtype).itemsize
+    row: dict[str, Any] = {
+        "op": case.op, "dtype": dtype_name, "shape": case.shape, "group": case.group,
+        "oxijax_ms": ours * 1e3, "xla_ms": first["ms"], "ratio": first["ratio"],
+        "flops": case.flops, "bytes": case.bytes_moved * itemsize, "copy_gbps": copy,
+        "baselines": baselines, "tolerance": tolerance, "agree": agree,
+        "max_diff": max(differences.values(), default=nan),
+    }
+    if case.oxijax.label in errors:
+        row["oxijax_error"] = errors[case.oxijax.label]
+    if case.flops:
+        row["tflops"] = case.flops / ours / 1e12
+    if case.bytes_moved:
+        row["gbps"] = case.bytes_moved * itemsize / ours / 1e9
+    return row
+
+
 def _rate(row: dict[str, Any], versus_copy: bool) -> str:
     """TFLOP/s, or GB/s with (on a GPU) the share of the measured copy bandwidth. A CPU
     copy of a fresh buffer is dominated by page faults, so the share would mislead there."""
@@ -169,26 +306,77 @@ def _fmt(value: float, spec: str) -> str:
     return "n/a" if math.isnan(value) else format(value, spec)
 
 
-def print_table(report: Report, file=None) -> None:
-    """The report as an aligned table: one row per (op, dtype), one ratio per baseline."""
-    file = file or sys.stdout
-    labels = [k for k in report.rows[0]["baselines"]] if report.rows else []
-    for row in report.rows:
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _table(rows: list[dict[str, Any]], versus_copy: bool, training: bool) -> list[list[str]]:
+    """One row per (op, dtype), one time and one ratio per baseline; a baseline that could
+    not run says "n/a" (with the reason, where one was recorded). Training-step rows add
+    the largest difference from oxijax's outputs and gradients, and whether that is
+    within the dtype's tolerance."""
+    labels: list[str] = []
+    for row in rows:
         labels += [k for k in row["baselines"] if k not in labels]
     header = ["op", "dtype", "shape", "oxijax ms", "rate"]
     header += [f"{k} ms" for k in labels] + [f"{k}/oxijax" for k in labels]
+    header += ["max diff", "outputs"] if training else []
     table = [header]
-    for row in report.rows:
+    nan = {"ms": math.nan, "ratio": math.nan}
+    for row in rows:
         base = row["baselines"]
-        nan = {"ms": math.nan, "ratio": math.nan}
-        table.append([row["op"], row["dtype"], row["shape"], _fmt(row["oxijax_ms"], ".3f"),
-                      _rate(row, report.platform == "gpu")]
-                     + [_fmt(base.get(k, nan)["ms"], ".3f") for k in labels]
-                     + [_fmt(base.get(k, nan)["ratio"], ".2f") for k in labels])
+
+        def ms(entry: dict[str, Any]) -> str:
+            if "error" in entry:
+                return f"n/a: {_short(entry['error'])}"
+            return _fmt(entry["ms"], ".3f")
+
+        ours = (f"n/a: {_short(row['oxijax_error'])}" if "oxijax_error" in row
+                else _fmt(row["oxijax_ms"], ".3f"))
+        cells = [row["op"], row["dtype"], row["shape"], ours, _rate(row, versus_copy)]
+        cells += [ms(base.get(k, nan)) for k in labels]
+        cells += [_fmt(base.get(k, nan)["ratio"], ".2f") for k in labels]
+        if training:
+            cells += [_fmt(row["max_diff"], ".1e"), "agree" if row["agree"] else "MISMATCH"]
+        table.append(cells)
+    return table
+
+
+# What the training-step tables time, by group.
+_GROUP_TITLES = {
+    "attention train step": "jit(value_and_grad) of sum(out * cotangent) w.r.t. q, k, v; "
+                            "oxijax in [B, H, S, D], jax.nn.dot_product_attention "
+                            "(implementation 'xla', 'cudnn') in [B, S, H, D]",
+    "conv2d train step": "jit(value_and_grad) of sum(out * cotangent) w.r.t. x and w, "
+                         "NCHW; vs lax.conv_general_dilated (cuDNN on a GPU; float32 at "
+                         "precision HIGHEST)",
+}
+
+
+def print_table(report: Report, file=None) -> None:
+    """The report as aligned tables: the op rows, then one table per group of training-
+    step rows, then the notes (rows skipped, and why)."""
+    file = file or sys.stdout
+    versus_copy = report.platform == "gpu"
+    copy = "; copy " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in report.copy_gbps.items())
     print(f"{report.device_kind} ({report.platform}), sizes '{report.sizes}', median of "
-          f"{report.repeats}; copy " + ", ".join(f"{k} {v:.1f} GB/s"
-                                                  for k, v in report.copy_gbps.items()), file=file)
-    print_aligned(table, file=file)
+          f"{report.repeats}{copy if report.copy_gbps else ''}", file=file)
+    plain = [r for r in report.rows if not r.get("group")]
+    if plain:
+        print_aligned(_table(plain, versus_copy, training=False), file=file)
+    elif not report.rows:
+        print("no rows measured", file=file)
+    groups = dict.fromkeys([*_GROUP_TITLES, *(r["group"] for r in report.rows if r.get("group"))])
+    for group in (g for g in groups if any(r.get("group") == g for r in report.rows)):
+        rows = [r for r in report.rows if r.get("group") == group]
+        title = _GROUP_TITLES.get(group)
+        print(f"\n{group}" + (f": {title}" if title else ""), file=file)
+        print_aligned(_table(rows, versus_copy, training=True), file=file)
+        if not all(r["agree"] for r in rows):
+            print("MISMATCH: an implementation's outputs or gradients differ from oxijax's "
+                  "by more than the dtype's tolerance (or none could be compared)", file=file)
+    for note in report.notes:
+        print(f"note: {note}", file=file)
 
 
 def print_aligned(table: list[list[str]], left: int = 3, file=None) -> None:

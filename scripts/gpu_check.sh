@@ -3,9 +3,10 @@
 # build against the installed jaxlib for that GPU only, run the GPU tests (a skip is a
 # failure there), every kernel path under compute-sanitizer (memcheck, racecheck), the
 # benchmark, then, time permitting, the whole suite on the GPU. Logs, a JSON of
-# benchmark results and summary.txt (one line per step with its exit status) go to $OUT
-# when it is set. Budget: under 8 minutes on an H200; every step has its own time limit
-# so that a hang cannot eat the budget, and later steps run even when one fails.
+# benchmark results, kernel_report.txt/.json (scripts/kernel_report.py) and summary.txt
+# (one line per step with its exit status) go to $OUT when it is set. Budget: under 8
+# minutes on an H200; every step has its own time limit so that a hang cannot eat the
+# budget, and later steps run even when one fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$(mktemp -d)}"
@@ -42,6 +43,11 @@ cd tests
 parallel=()
 python -c "import xdist" 2>/dev/null && parallel=(-n 8)
 step info 10 python -m oxijax info
+# Registers, shared memory, tensor-core instruction counts and occupancy of every kernel
+# of the installed build (a few seconds on 16 cores). Informational: not a failure.
+timeout 60 python ../scripts/kernel_report.py --json "$out/kernel_report.json" \
+  > "$out/kernel_report.txt" 2>&1
+echo "kernel_report: exit $? (informational)" | tee -a "$out/summary.txt"
 # First: does the CUDA interpreter (which CI trusts for every kernel change) model this
 # GPU's PTX instructions bit for bit?
 step ptx_probe 30 python -m pytest -q -p no:cacheprovider --rootdir=. test_ptx_probe.py
@@ -60,6 +66,9 @@ else
   failed=1
 fi
 step bench 60 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
+# Training steps (fwd+bwd) against cuDNN and XLA: attention B2 H16 S4096 D128, conv2d.
+step bench_train 60 python -m oxijax bench --size gpu --dtype bfloat16 --dtype float32 \
+  --op "train step" --repeats 5 --json "$out/bench_train.json"
 left=$((470 - SECONDS))
 if [ "$left" -gt 20 ]; then
   step tests "$left" python -m pytest -q -p no:cacheprovider "${parallel[@]}" --rootdir=. .

@@ -36,6 +36,8 @@ def test_bench_writes_json(tmp_path, monkeypatch):
     results = report["results"]
     assert report["sizes"] == "small"
     cases = cli._cases.cases("small") + cli._cases.eager_cases()
+    # and the training-step rows that run in float32 (the default dtype)
+    cases += [c for c in cli._cases.training_cases("small") if "float32" in c.dtypes]
     assert {r["op"] for r in results} == {c.op for c in cases}
     assert all(r["oxijax_ms"] > 0 and r["ratio"] > 0 and r["copy_gbps"] > 0 for r in results)
     # cuDNN attention is a baseline that cannot run on a CPU: reported, as NaN, not dropped.
