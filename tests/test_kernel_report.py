@@ -21,8 +21,10 @@ import oxijax
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "kernel_report.py"
-# The kernels that use tensor cores today (HMMA; DMMA for the float64 gemm config).
-TENSOR_CORE = ("attention_mma_kernel", "mma_gemm_kernel", "conv2d_tc_kernel")
+# The kernels that use tensor cores today (HMMA; DMMA for the float64 gemm config): the
+# attention forward and backward, gemm, conv2d forward and backward.
+TENSOR_CORE = ("attention_mma_kernel", "dkdv_mma_kernel", "dq_mma_kernel", "mma_gemm_kernel",
+               "conv2d_tc_kernel", "igemm_tc_kernel")
 SIMT = ("sgemm_simt_kernel",)
 
 
@@ -129,8 +131,7 @@ def test_table(disassembled):
     assert [row.split()[0] for row in rows] == [r["name"].split()[0] for r in disassembled["kernels"]]
     last = lines[titles].index(" limit") + 1  # columns aligned: the last starts in line
     assert all(row[last - 2:last] == "  " and row[last] != " " for row in rows)
-    assert all(line.startswith(("attention_mma_kernel<", "mma_gemm_kernel<", "conv2d_tc_kernel<",
-                                "sgemm_simt_kernel<")) for line in rows)
+    assert all(line.startswith(tuple(f"{k}<" for k in TENSOR_CORE + SIMT)) for line in rows)
 
 
 def test_errors_are_one_line(tmp_path):
@@ -175,8 +176,12 @@ def test_occupancy_model():
 def test_dynamic_shared_table():
     table = kernel_report.DYNAMIC_SHARED
     dynamic = kernel_report.dynamic_shared
-    assert dynamic("attention_mma_kernel<true, 64>", table) == 5 * 64 * 64 * 2
-    assert dynamic("attention_mma_kernel<false, 128>", table) == 5 * 64 * 128 * 2
+    assert dynamic("attention_mma_kernel<(MmaInput)1, 64>", table) == 5 * 64 * 64 * 2
+    assert dynamic("attention_mma_kernel<(MmaInput)0, 128>", table) == 5 * 64 * 128 * 2
+    assert dynamic("attention_mma_kernel<(MmaInput)2, 256>", table) == (64 + 4 * 32) * 256 * 2
+    # dkdv: K, V [64][D], 2 x (Q, dO) [step][D] 16-bit, lse and delta 2 x step floats.
+    assert dynamic("dkdv_mma_kernel<true, 128>", table) == 2 * (2 * 64 * 128 + 4 * 32 * 128) + 16 * 32
+    assert dynamic("dq_mma_kernel<false, 64>", table) == 2 * (2 * 64 * 64 + 4 * 64 * 64)
     assert dynamic("mma_gemm_kernel<MmaConfig<(Kind)0>, true, true>", table) is None
     assert dynamic("anything", []) is None
     assert kernel_report.parse_dynamic(["^k<=4096"]) == [("^k<", 4096)]
