@@ -169,7 +169,7 @@ def attention(
 
     float32 attention is exact by default (``precision="highest"``);
     ``precision="tf32"`` lets GPUs use TF32 tensor cores for the forward pass (inputs
-    rounded to 10 mantissa bits, float32 accumulation; head_dim a multiple of 4 up to
+    rounded to 10 mantissa bits, float32 accumulation; head_dim up to
     128), as ``gemm``'s option does. Gradients and the CPU stay exact; other dtypes
     ignore it.
 

@@ -14,11 +14,11 @@ import oxijax
 
 pytestmark = pytest.mark.cuda_interpret
 
-# Head dims per dtype; add more to cover more kernels (half types at multiples of 8 reach
-# the tensor-core backward, 36 stays on SIMT).
+# Head dims per dtype; add more to cover more kernels (half types up to 256 reach the
+# tensor-core backward, 264 stays on SIMT).
 HEAD_DIMS = {
-    jnp.float16: (36, 64, 200),
-    jnp.bfloat16: (36, 128),
+    jnp.float16: (36, 64, 200, 264),
+    jnp.bfloat16: (33, 128),
     jnp.float32: (64,),
     jnp.float64: (40,),
 }

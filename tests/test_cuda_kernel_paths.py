@@ -187,19 +187,20 @@ def _attention_case(dt, d, causal, sq=70, skv=50, precision="highest", factor=2.
 
 MMA_INPUT = {F16: 0, BF16: 1, F32: 2}  # mma_tile::MmaInput (float32: TF32)
 # Every padded head dim (16-bit units): 64, 128, 192, 256; real head dims below them.
+# Head dims that are not multiples of 8 (3, 33, 255) copy element by element.
 for dt, d, padded in ((F16, 64, 64), (BF16, 128, 128), (F16, 128, 128), (BF16, 64, 64),
                       (F16, 40, 64), (BF16, 80, 128), (F16, 160, 192), (BF16, 200, 256),
-                      (F16, 256, 256)):
+                      (F16, 256, 256), (BF16, 3, 64), (F16, 33, 64), (BF16, 255, 256)):
     for causal in (False, True):
         c = "causal" if causal else "full"
         case(f"attention-mma-{STORAGE[dt]}-d{d}-{c}",
              rf"attention_mma_kernel<\(MmaInput\){MMA_INPUT[dt]}, {padded}>")(
             _attention_case(dt, d, causal))
 # TF32 (opt-in): float32 head dims up to 128 = 256 16-bit units.
-for d, padded in ((20, 64), (64, 128), (72, 192), (128, 256)):
+for d, padded in ((20, 64), (5, 64), (64, 128), (72, 192), (127, 256)):
     case(f"attention-tf32-d{d}", rf"attention_mma_kernel<\(MmaInput\)2, {padded}>")(
         _attention_case(F32, d, True, precision="tf32", factor=300.0))
-for dt, d in ((F32, 16), (F64, 200), (BF16, 36), (F32, 130)):
+for dt, d in ((F32, 16), (F64, 200), (BF16, 264), (F32, 130)):
     case(f"attention-simt-{STORAGE[dt]}-d{d}", rf"attention_simt_kernel<{STORAGE[dt]}>")(
         _attention_case(dt, d, True, sq=40, skv=25))  # Sq > Skv: fully masked rows
 
@@ -227,9 +228,9 @@ def _grad_kernels(t):
     return rf"delta_kernel<{t}>", rf"dkdv_kernel<{t}>", rf"dq_kernel<{t}>"
 
 
-# Half types at head_dim 36, which the tensor-core backward (multiples of 8) leaves to SIMT.
+# Half types at head_dim 264, which the tensor-core backward (up to 256) leaves to SIMT.
 # Sq > Skv: causal rows that see no key.
-for dt, d in ((F16, 36), (BF16, 36), (F32, 64), (F64, 64)):
+for dt, d in ((F16, 264), (BF16, 264), (F32, 64), (F64, 64)):
     case(f"attention-grad-{STORAGE[dt]}", *_grad_kernels(STORAGE[dt]))(
         _attention_grad_case(dt, d, sq=30, skv=20))
 # Tiles of 32 keys and queries, ragged in both: several of each, Sq < Skv.
@@ -239,7 +240,8 @@ case("attention-grad-float-tile32", *_grad_kernels("float"))(
 # Sq > Skv: rows that see no key; Sq < Skv: several key blocks per query block.
 for dt, d, padded, sq, skv in ((F16, 64, 64, 30, 20), (BF16, 128, 128, 70, 50),
                                (F16, 40, 64, 45, 130), (BF16, 160, 192, 30, 20),
-                               (F16, 200, 256, 20, 70)):
+                               (F16, 200, 256, 20, 70), (BF16, 33, 64, 30, 40),
+                               (F16, 255, 256, 20, 30)):
     t, bf = STORAGE[dt], "true" if dt == BF16 else "false"
     case(f"attention-grad-mma-{t}-d{d}", rf"delta_kernel<{t}>", rf"dkdv_mma_kernel<{bf}, {padded}>",
          rf"dq_mma_kernel<{bf}, {padded}>")(_attention_grad_case(dt, d, sq=sq, skv=skv))

@@ -1,7 +1,7 @@
 // CUDA attention derivatives, the backward (FlashAttention-2 style) and the JVP, as tiled
 // SIMT kernels: P is recomputed from the forward's log-sum-exp and never stored beyond
 // one tile. After delta, float16 / bfloat16 backward calls that the tensor cores take
-// (mma_tile::tensor_cores_take: head_dim a multiple of 8 up to 256) continue in
+// (mma_tile::tensor_cores_take: head_dim up to 256) continue in
 // attention_backward_mma_kernels.cu, the same two-kernel scheme on mma.sync.
 //
 // The backward, three kernels on the caller's stream; its workspace holds only delta:

@@ -74,7 +74,8 @@ __device__ __forceinline__ float lse_log2e(const float* lse, int64_t row_base, i
 }
 
 // Stores rows row0 + g (+8) of a warp's 16-row float32 accumulator times `factor`, columns
-// col0 + 8n + 2t (+1), into a [rows][dim] matrix, two elements per 32-bit store.
+// col0 + 8n + 2t (+1), into a [rows][dim] matrix: two elements per 32-bit store (one by
+// one for an odd dim, whose rows are not 4-byte aligned).
 template <bool kBf16, int kTiles>
 __device__ __forceinline__ void store_rows(uint16_t* __restrict__ dst, const float (&acc)[kTiles][4],
                                            float factor, int row0, int rows, int col0, int dim,
@@ -86,9 +87,17 @@ __device__ __forceinline__ void store_rows(uint16_t* __restrict__ dst, const flo
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + g + 8 * r;
-      if (row < rows && col < dim)
-        *reinterpret_cast<uint32_t*>(dst + int64_t(row) * dim + col) =
+      if (row < rows && col < dim) {
+        const uint32_t pair =
             ptx::cvt_rn_pack<kBf16>(acc[n][2 * r] * factor, acc[n][2 * r + 1] * factor);
+        uint16_t* to = dst + int64_t(row) * dim + col;
+        if (dim % 2 == 0) {
+          *reinterpret_cast<uint32_t*>(to) = pair;
+        } else {
+          to[0] = uint16_t(pair);
+          if (col + 1 < dim) to[1] = uint16_t(pair >> 16);
+        }
+      }
     }
   }
 }

@@ -5,9 +5,9 @@
 //
 // Two kernels:
 //
-// * Tensor-core path (float16 / bfloat16, head_dim a multiple of 8 up to 256, 16-byte
-//   aligned pointers, sm_80+; mma_tile.h). The head dim is padded to 64, 128, 192 or 256
-//   in shared memory (zero columns, skipped k-steps). One CTA of 4 warps per (b*h, 64
+// * Tensor-core path (float16 / bfloat16, head_dim up to 256, 16-byte aligned pointers,
+//   sm_80+; mma_tile.h). The head dim is padded to 64, 128, 192 or 256 in shared memory
+//   (zero columns, skipped k-steps). One CTA of 4 warps per (b*h, 64
 //   query rows); warp w owns rows 16w..16w+15. The Q tile is loaded once (cp.async) and,
 //   up to head dim 128, kept in registers as mma A fragments. K/V tiles of 64 keys (32
 //   above head dim 128, where the output accumulators take 128 registers) are double
@@ -347,9 +347,15 @@ __global__ void __launch_bounds__(kMmaThreads, D == 64 ? 3 : 2)
     for (int i = 0; i < 16 * kChunks / 32; ++i) {
       const int idx = i * 32 + lane;
       const int row = warp * 16 + idx / kChunks, c = idx % kChunks;
-      if (m0 + row < seq_q && 8 * c < dim)
-        *reinterpret_cast<uint4*>(og + int64_t(m0 + row) * dim + c * 8) =
-            *reinterpret_cast<const uint4*>(s_q + swz<D>(row, c));
+      if (m0 + row < seq_q && 8 * c < dim) {
+        uint16_t* to = og + int64_t(m0 + row) * dim + c * 8;
+        const uint16_t* from = s_q + swz<D>(row, c);
+        if (dim % 8 == 0) {
+          *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+        } else {  // rows not 16-byte aligned: element by element
+          for (int e = 0; e < 8 && 8 * c + e < dim; ++e) to[e] = from[e];
+        }
+      }
     }
     if (tq == 0) {
 #pragma unroll

@@ -3,10 +3,10 @@
 // it out, and how ldmatrix turns it into mma.m16n8k16 fragments (ptx.h has the fragment
 // layouts).
 //
-// A tile is [rows][D]: D is the head dim padded to a multiple of 64 (kMmaDims), `dim`
-// the real one (a multiple of 8, so every 16-byte chunk is either all data or all
-// padding). Padding columns and rows past the matrix are zero-filled, so they add
-// nothing to any product. 16-byte chunk c of row r lives at chunk c ^ (r & 7) of that
+// A tile is [rows][D]: D is the head dim padded to a multiple of 64, `dim` the real one.
+// Padding columns and rows past the matrix are zero-filled, so they add nothing to any
+// product. A dim that is a multiple of 8 is copied by cp.async, 16 bytes at a time; any
+// other (rows not 16-byte aligned) element by element, synchronously. 16-byte chunk c of row r lives at chunk c ^ (r & 7) of that
 // row: 8 consecutive rows of one chunk column fall in 8 different 16-byte bank groups,
 // so cp.async stores and ldmatrix loads are bank-conflict free.
 #pragma once
@@ -29,13 +29,14 @@ inline constexpr int kMaxMmaDim = 256;
 
 // The padded head dim for `dim` 16-bit units (0 when no tensor-core kernel takes it).
 inline int padded_dim(int64_t dim) {
-  if (dim <= 0 || dim % 8 != 0 || dim > kMaxMmaDim) return 0;
+  if (dim <= 0 || dim > kMaxMmaDim) return 0;
   return int((dim + 63) / 64 * 64);
 }
 
 // Whether a float16/bfloat16 attention call with this head_dim and these buffers runs on
 // tensor cores: a padded dim exists, every pointer is 16-byte aligned (cp.async copies
-// 16 bytes) and the GPU is sm_80 or newer. Returns a failed device query's status.
+// 16 bytes; XLA's buffers always are) and the GPU is sm_80 or newer. Returns a failed
+// device query's status.
 inline cudaError_t tensor_cores_take(int64_t dim, std::initializer_list<const void*> buffers,
                                      bool& take) {
   take = false;
@@ -57,20 +58,36 @@ template <int D> __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
-// cp.async rows row0..row0+kRows-1 of a [rows][dim] matrix into the [kRows][D] tile at
+// Copies rows row0..row0+kRows-1 of a [rows][dim] matrix into the [kRows][D] tile at
 // shared address dst; rows at or past `rows` and columns at or past `dim` are zero.
+// Visible to the block after cp_async_wait and a barrier.
 template <int kRows, int D, int kThreads>
 __device__ __forceinline__ void load(uint32_t dst, const uint16_t* __restrict__ src, int row0,
                                      int rows, int dim, int tid) {
   constexpr int kChunks = D / 8;
   static_assert(kRows * kChunks % kThreads == 0, "tile chunks per thread");
+  const bool whole_chunks = dim % 8 == 0;
 #pragma unroll
   for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
     const int idx = tid + i * kThreads;
     const int r = idx / kChunks, c = idx % kChunks;
-    const bool ok = row0 + r < rows && 8 * c < dim;
-    const uint16_t* g = ok ? src + (int64_t(row0 + r) * dim + 8 * c) : src;
-    ptx::cp_async<16>(dst + 2u * uint32_t(swz<D>(r, c)), g, ok ? 16 : 0);
+    const uint32_t to = dst + 2u * uint32_t(swz<D>(r, c));
+    const bool row_ok = row0 + r < rows;
+    const uint16_t* row = src + int64_t(row_ok ? row0 + r : 0) * dim;
+    if (whole_chunks) {
+      const bool ok = row_ok && 8 * c < dim;
+      ptx::cp_async<16>(to, ok ? row + 8 * c : src, ok ? 16 : 0);
+    } else {
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = 8 * c + 2 * j;
+        const uint32_t lo = row_ok && e < dim ? uint32_t(row[e]) : 0u;
+        const uint32_t hi = row_ok && e + 1 < dim ? uint32_t(row[e + 1]) : 0u;
+        w[j] = lo | (hi << 16);
+      }
+      ptx::st_shared_v4(to, w[0], w[1], w[2], w[3]);
+    }
   }
 }
 
