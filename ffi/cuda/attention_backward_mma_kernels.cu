@@ -65,6 +65,18 @@ struct BwdParams {
   float scale, scale_log2e;
 };
 
+// A launch's task: (b*h, 64-row block, first output column of its chunk).
+struct Task {
+  int64_t bh;
+  int block, col0;
+};
+template <int D> __device__ __forceinline__ Task decode_task(const BwdParams& p, int64_t task) {
+  using C = BwdConfig<D>;
+  const int64_t per_bh = int64_t(p.blocks) * C::kChunks;
+  const int rem = int(task % per_bh);
+  return {task / per_bh, rem / C::kChunks, (rem % C::kChunks) * C::kDOut};
+}
+
 // lse * log2(e) for the kernels' exponent, +inf for rows past seq_q and rows that see no
 // key (lse = -inf): their P is 2^-inf = 0.
 __device__ __forceinline__ float lse_log2e(const float* lse, int64_t row_base, int row,
@@ -158,9 +170,8 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t task = blockIdx.x; task < p.tasks; task += gridDim.x) {
     if (task != blockIdx.x) __syncthreads();  // the previous task's smem readers are done
-    const int64_t bh = task / (int64_t(p.blocks) * C::kChunks);
-    const int rem = int(task % (int64_t(p.blocks) * C::kChunks));
-    const int j0 = (rem / C::kChunks) * kBlock, col0 = (rem % C::kChunks) * C::kDOut;
+    const auto [bh, block, col0] = decode_task<D>(p, task);
+    const int j0 = block * kBlock;
     const int64_t q_rows = bh * seq_q, kv_rows = bh * seq_kv;
     const uint16_t* qg = q + q_rows * dim;
     const uint16_t* dog = dout + q_rows * dim;
@@ -271,10 +282,8 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t task = blockIdx.x; task < p.tasks; task += gridDim.x) {
     if (task != blockIdx.x) __syncthreads();  // the previous task's smem readers are done
-    const int64_t bh = task / (int64_t(p.blocks) * C::kChunks);
-    const int rem = int(task % (int64_t(p.blocks) * C::kChunks));
-    const int qi = rem / C::kChunks, col0 = (rem % C::kChunks) * C::kDOut;
-    const int m0 = (causal ? p.blocks - 1 - qi : qi) * kBlock;  // causal: longest first
+    const auto [bh, block, col0] = decode_task<D>(p, task);
+    const int m0 = (causal ? p.blocks - 1 - block : block) * kBlock;  // causal: longest first
     const int64_t q_rows = bh * seq_q, kv_rows = bh * seq_kv;
     const uint16_t* kg = k + kv_rows * dim;
     const uint16_t* vg = v + kv_rows * dim;
