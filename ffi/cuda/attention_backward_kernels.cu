@@ -93,11 +93,9 @@ struct TileParams {
   int64_t tiles;  // per (batch*head): key tiles (dK/dV), query tiles (dQ, JVP)
 };
 
-// Last key (exclusive) that query row i sees; as AttentionShape::key_end.
+// Last key (exclusive) that query row i sees.
 __device__ __forceinline__ int64_t key_end(const TileParams& p, int64_t i) {
-  if (!p.causal) return p.seq_kv;
-  const int64_t end = i + (p.seq_kv - p.seq_q) + 1;
-  return end < 0 ? 0 : (end > p.seq_kv ? p.seq_kv : end);
+  return attention_key_end(p.seq_q, p.seq_kv, p.causal, i);
 }
 
 __device__ __forceinline__ float exp_acc(float x) { return expf(x); }

@@ -46,7 +46,6 @@ using namespace mma_tile;
 
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kBlock = 64;     // rows a CTA owns: keys (dkdv) or queries (dq), 16 per warp
-constexpr double kLog2e = 1.4426950408889634073599246810019;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Tile parameters per padded head dim: DOut output columns per CTA, Step rows per streamed
@@ -289,9 +288,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint16_t* vg = v + kv_rows * dim;
 
     const auto key_end = [&](int row) {
-      if (!causal) return seq_kv;
-      const int64_t end = int64_t(row) + seq_kv - seq_q + 1;
-      return int(min(max(end, int64_t(0)), int64_t(seq_kv)));
+      return int(attention_key_end(seq_q, seq_kv, causal, row));
     };
     const int kv_end = key_end(min(m0 + kBlock, seq_q) - 1);
     const int n_tiles = (kv_end + kStep - 1) / kStep;
@@ -423,7 +420,7 @@ cudaError_t attention_backward_mma(cudaStream_t stream, const AttentionShape& sh
                                    const float* delta, T* dq, T* dk, T* dv) {
   static_assert(std::is_same_v<T, oxijax::half> || std::is_same_v<T, oxijax::bfloat16>);
   constexpr bool kBf16 = std::is_same_v<T, oxijax::bfloat16>;
-  if (shape.seq_q > kMaxMmaSeq || shape.seq_kv > kMaxMmaSeq) return cudaErrorInvalidValue;
+  if (shape.seq_q > kMaxSeq || shape.seq_kv > kMaxSeq) return cudaErrorInvalidValue;
   const auto* q16 = reinterpret_cast<const uint16_t*>(q);
   const auto* k16 = reinterpret_cast<const uint16_t*>(k);
   const auto* v16 = reinterpret_cast<const uint16_t*>(v);

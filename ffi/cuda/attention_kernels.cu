@@ -59,11 +59,9 @@
 namespace oxijax::cuda {
 namespace {
 
-// Sequence lengths are handled in 32-bit arithmetic inside the kernels (row and key
-// indices plus a tile); larger ones are refused (cudaErrorInvalidValue).
-constexpr int64_t kMaxSeq = int64_t(INT_MAX) - 1024;
+using mma_tile::kLog2e;
+using mma_tile::kMaxSeq;
 constexpr int64_t kMaxDim = int64_t(1) << 24;  // the SIMT path's 32-bit stage offsets
-constexpr double kLog2e = 1.4426950408889634073599246810019;
 
 struct AttnParams {
   int64_t tasks;       // batch*heads * q_blocks * d_chunks
@@ -76,11 +74,10 @@ struct AttnParams {
   float scale_log2e;
 };
 
-// AttentionShape::key_end for the kernels: keys [0, key_end(row)) are visible.
+// attention_key_end in the kernels' 32-bit sequence lengths: keys [0, key_end(row)) are
+// visible.
 __device__ __forceinline__ int key_end(int seq_q, int seq_kv, bool causal, int64_t row) {
-  if (!causal) return seq_kv;
-  const int64_t end = row + (int64_t(seq_kv) - seq_q) + 1;
-  return end < 0 ? 0 : (end > seq_kv ? seq_kv : int(end));
+  return int(attention_key_end(seq_q, seq_kv, causal, row));
 }
 
 // ============================================================== tensor-core path

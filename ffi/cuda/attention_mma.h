@@ -5,16 +5,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include <climits>
 #include <cstdint>
 
 #include "oxijax/numeric.h"
 #include "oxijax/shapes.h"
 
 namespace oxijax::cuda {
-
-// Sequence lengths the tensor-core kernels index in 32-bit arithmetic (rows plus a tile).
-inline constexpr int64_t kMaxMmaSeq = int64_t(INT_MAX) - 1024;
 
 // dq, dk, dv from q, k, v, the output cotangent dout, the forward's lse and delta =
 // rowsum(dout * out) (float32 per query row). Enqueues two kernels; no workspace.

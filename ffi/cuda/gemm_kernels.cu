@@ -790,12 +790,12 @@ __global__ void __launch_bounds__(256, 2) sgemm_simt_kernel(const Params<float> 
       for (int h = 0; h < 2; ++h) {
         const int cl = 64 * h + 4 * tx;
         if (cl >= cols_left) continue;
-        if (p.partial) {  // split-K: raw sums
-          float* dst = p.partial + ((int64_t(blockIdx.z) * p.batch + item) * p.m + m0 + r) * p.n +
-                       n0 + cl;
+        if (p.partial) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            if (cl + j < cols_left) dst[j] = acc[i][4 * h + j];
+          for (int j = 0; j < 4; j += 2)
+            if (cl + j < cols_left)
+              store_partial(p, item, m0 + r, n0 + cl + j, cl + j + 1 < cols_left,
+                            acc[i][4 * h + j], acc[i][4 * h + j + 1]);
           continue;
         }
         const int64_t off = tile_off + int64_t(r) * p.ldc + cl;
@@ -860,10 +860,11 @@ __global__ void __launch_bounds__(256) split_sum_kernel(const Params<T> p, int s
 struct Tile {
   int64_t bm, bn, bk;
 };
+template <class Cfg> constexpr Tile tile_of() { return {Cfg::BM, Cfg::BN, Cfg::BK}; }
 inline Tile tile_for(size_t element_bytes, bool allow_tf32) {
-  if (element_bytes == 2) return {128, 128, 32};
-  if (element_bytes == 8) return {128, 64, 8};
-  return allow_tf32 ? Tile{128, 128, 16} : Tile{128, 128, 8};
+  if (element_bytes == 2) return tile_of<MmaConfig<Kind::kF16>>();  // bfloat16's is the same
+  if (element_bytes == 8) return tile_of<MmaConfig<Kind::kF64>>();
+  return allow_tf32 ? tile_of<MmaConfig<Kind::kTF32>>() : Tile{kSimtBM, kSimtBN, kSimtBK};
 }
 
 // Split-K plan: when the output tiles of all batch items cannot give every SM a block

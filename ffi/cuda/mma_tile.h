@@ -1,7 +1,7 @@
 // Shared-memory tiles of 16-bit elements for the attention tensor-core kernels
 // (attention_kernels.cu, attention_backward_mma_kernels.cu): what they load, how they lay
 // it out, and how ldmatrix turns it into mma.m16n8k16 fragments (ptx.h has the fragment
-// layouts).
+// layouts); and the limits and constants the attention kernels share.
 //
 // A tile is [rows][D]: D is the head dim padded to a multiple of 64, `dim` the real one.
 // Padding columns and rows past the matrix are zero-filled, so they add nothing to any
@@ -11,6 +11,7 @@
 // so cp.async stores and ldmatrix loads are bank-conflict free.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <initializer_list>
 
@@ -26,6 +27,12 @@ enum class MmaInput { kF16, kBF16, kTF32 };
 
 // The padded head dims (in 16-bit units) the tensor-core attention kernels are built for.
 inline constexpr int kMaxMmaDim = 256;
+
+// Sequence lengths the attention kernels index in 32-bit arithmetic (row and key indices
+// plus a tile); larger ones are refused (cudaErrorInvalidValue).
+inline constexpr int64_t kMaxSeq = int64_t(INT_MAX) - 1024;
+// Exponentials are 2^(x * log2(e)) (ex2.approx).
+inline constexpr double kLog2e = 1.4426950408889634073599246810019;
 
 // The padded head dim for `dim` 16-bit units (0 when no tensor-core kernel takes it).
 inline int padded_dim(int64_t dim) {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "oxijax/ops.h"  // OXIJAX_HD
+
 namespace oxijax {
 
 // out[..., m, n] = alpha * op(a) @ op(b) + beta * c, for every batch index.
@@ -40,6 +42,15 @@ struct ConvShape {
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
 };
 
+// Last key index (exclusive) that attention query row i may see: causal attention is
+// bottom-right aligned (row i sees key j iff j <= i + (seq_kv - seq_q)). The one
+// definition of the mask for the CPU and CUDA kernels.
+OXIJAX_HD int64_t attention_key_end(int64_t seq_q, int64_t seq_kv, bool causal, int64_t i) {
+  if (!causal) return seq_kv;
+  const int64_t end = i + (seq_kv - seq_q) + 1;
+  return end < 0 ? 0 : (end > seq_kv ? seq_kv : end);
+}
+
 // q [batch, heads, seq_q, head_dim], k/v [batch, heads, seq_kv, head_dim].
 // Causal: query i sees key j iff j <= i + (seq_kv - seq_q) (bottom-right aligned).
 struct AttentionShape {
@@ -47,11 +58,7 @@ struct AttentionShape {
   double scale = 1.0;
   bool causal = false;
   // Last key index (exclusive) that query row i may see.
-  int64_t key_end(int64_t i) const {
-    if (!causal) return seq_kv;
-    const int64_t end = i + (seq_kv - seq_q) + 1;
-    return end < 0 ? 0 : (end > seq_kv ? seq_kv : end);
-  }
+  int64_t key_end(int64_t i) const { return attention_key_end(seq_q, seq_kv, causal, i); }
 };
 
 // Elementwise a (op) b over the output's dims; strides are per output dim, 0 where
