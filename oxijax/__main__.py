@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 
 import jax
@@ -26,7 +27,10 @@ CHECK_TOLERANCE = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-4, "float64"
 def info() -> None:
     build = oxijax.BUILD_INFO
     print(f"oxijax {oxijax.__version__}  jax {jax.__version__}  FFI API {build['ffi_api_version']}")
-    print(f"  CPU kernels: {build['cpu_flags']}")
+    forced = " (forced by OXIJAX_CPU_ISA)" if os.environ.get("OXIJAX_CPU_ISA") else ""
+    print(f"  CPU kernels: {build['cpu_isa']}{forced}, compiled with {build['cpu_flags']}")
+    print(f"  CPU kernel levels: built {', '.join(build['cpu_isa_built'])}; "
+          f"this CPU runs {', '.join(build['cpu_isa_levels'])}")
     cuda = build["cuda_architectures"] if build["cuda"] else "not built"
     print(f"  CUDA kernels: {cuda}")
     from oxijax import _interpret

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/kernels.h"
+#include "cpu/isa_dispatch.h"
 
 namespace oxijax::backend {
 namespace {
@@ -71,7 +71,7 @@ void CpuDevice::copy(uintptr_t dst, uintptr_t src, size_t bytes) {
 void CpuDevice::unary(int dtype, int op, uintptr_t x, uintptr_t y, int64_t n) const {
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    cpu::unary(par_, static_cast<UnaryOp>(op), at<const T>(x), at<T>(y), n);
+    cpu::kernels<T>().unary(par_, static_cast<UnaryOp>(op), at<const T>(x), at<T>(y), n);
   });
 }
 
@@ -80,7 +80,7 @@ void CpuDevice::binary(int dtype, int op, uintptr_t a, uintptr_t b, uintptr_t ou
   const BroadcastShape shape = flat_shape(n);
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    cpu::binary(par_, static_cast<BinaryOp>(op), shape, at<const T>(a), at<const T>(b),
+    cpu::kernels<T>().binary(par_, static_cast<BinaryOp>(op), shape, at<const T>(a), at<const T>(b),
                 at<T>(out));
   });
 }
@@ -89,7 +89,7 @@ void CpuDevice::reduce(int dtype, int op, uintptr_t x, uintptr_t out,
                        const ReduceShape& shape) const {
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    cpu::reduce(par_, static_cast<ReduceOp>(op), shape, at<const T>(x), at<T>(out));
+    cpu::kernels<T>().reduce(par_, static_cast<ReduceOp>(op), shape, at<const T>(x), at<T>(out));
   });
 }
 
@@ -98,7 +98,7 @@ void CpuDevice::gemm(int dtype, const GemmProblem& problem, uintptr_t a, uintptr
   const GemmShape shape = gemm_shape(problem);
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    cpu::gemm(par_, shape, at<const T>(a), at<const T>(b),
+    cpu::kernels<T>().gemm(par_, shape, at<const T>(a), at<const T>(b),
               problem.beta != 0.0 ? at<const T>(c) : nullptr, at<T>(c));
   });
 }
@@ -108,7 +108,7 @@ void CpuDevice::conv2d(int dtype, const ConvArgs& args) const {
                                      args.padding);
   with_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    cpu::conv2d(par_, shape, at<const T>(args.x), at<const T>(args.w), at<T>(args.out));
+    cpu::kernels<T>().conv2d(par_, shape, at<const T>(args.x), at<const T>(args.w), at<T>(args.out));
   });
 }
 
@@ -118,7 +118,7 @@ void CpuDevice::attention(int dtype, const AttentionArgs& args) const {
     using T = decltype(t);
     // The kernel also writes each row's log-sum-exp (for the JAX backward pass).
     std::vector<Acc<T>> lse(size_t(s.batch * s.heads * s.seq_q));
-    cpu::attention(par_, s, at<const T>(args.q), at<const T>(args.k), at<const T>(args.v),
+    cpu::kernels<T>().attention(par_, s, at<const T>(args.q), at<const T>(args.k), at<const T>(args.v),
                    at<T>(args.out), lse.data());
   });
 }

@@ -5,7 +5,7 @@
 #include "checks.h"
 #include "common.h"
 #include "handlers.h"
-#include "cpu/kernels.h"
+#include "cpu/isa_dispatch.h"
 
 namespace oxijax::bindings {
 namespace {
@@ -25,7 +25,7 @@ ffi::Error UnaryImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::An
   if (auto err = check_unary(x, *y, op, n); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto t) {
     using T = decltype(t);
-    cpu::unary(parallel_on(pool), op, typed<T>(x), typed<T>(y), n);
+    cpu::kernels<T>().unary(parallel_on(pool), op, typed<T>(x), typed<T>(y), n);
     return ffi::Error::Success();
   });
 }
@@ -36,7 +36,7 @@ ffi::Error BinaryImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuffer b,
   if (auto err = check_binary(a, b, *out, op, shape); err.failure()) return err;
   return dispatch_float(a.element_type(), [&](auto t) {
     using T = decltype(t);
-    cpu::binary(parallel_on(pool), op, shape, typed<T>(a), typed<T>(b), typed<T>(out));
+    cpu::kernels<T>().binary(parallel_on(pool), op, shape, typed<T>(a), typed<T>(b), typed<T>(out));
     return ffi::Error::Success();
   });
 }
@@ -47,7 +47,7 @@ ffi::Error ReduceImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::Result<ffi::A
   if (auto err = check_reduce(x, *out, op, axis, shape); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto t) {
     using T = decltype(t);
-    cpu::reduce(parallel_on(pool), op, shape, typed<T>(x), typed<T>(out));
+    cpu::kernels<T>().reduce(parallel_on(pool), op, shape, typed<T>(x), typed<T>(out));
     return ffi::Error::Success();
   });
 }
@@ -66,7 +66,7 @@ ffi::Error GemmImpl(ffi::ThreadPool pool, ffi::RemainingArgs operands,
   return dispatch_float(a->element_type(), [&](auto t) {
     using T = decltype(t);
     const T* c_data = (c && beta != 0.0) ? typed<T>(*c) : nullptr;
-    cpu::gemm(parallel_on(pool), shape, typed<T>(*a), typed<T>(*b), c_data, typed<T>(out));
+    cpu::kernels<T>().gemm(parallel_on(pool), shape, typed<T>(*a), typed<T>(*b), c_data, typed<T>(out));
     return ffi::Error::Success();
   });
 }
@@ -79,7 +79,7 @@ ffi::Error Conv2dImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w,
     return err;
   return dispatch_float(x.element_type(), [&](auto t) {
     using T = decltype(t);
-    cpu::conv2d(parallel_on(pool), shape, typed<T>(x), typed<T>(w), typed<T>(out));
+    cpu::kernels<T>().conv2d(parallel_on(pool), shape, typed<T>(x), typed<T>(w), typed<T>(out));
     return ffi::Error::Success();
   });
 }
@@ -93,7 +93,7 @@ ffi::Error AttentionImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuffer 
     return err;
   return dispatch_float(q.element_type(), [&](auto t) {
     using T = decltype(t);
-    cpu::attention(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
+    cpu::kernels<T>().attention(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
                    typed<T>(out), typed<Acc<T>>(lse));
     return ffi::Error::Success();
   });
@@ -111,7 +111,7 @@ ffi::Error AttentionBackwardImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::An
     return err;
   return dispatch_float(q.element_type(), [&](auto t) {
     using T = decltype(t);
-    cpu::attention_backward(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
+    cpu::kernels<T>().attention_backward(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
                             typed<T>(out), typed<Acc<T>>(lse), typed<T>(dout), typed<T>(dq),
                             typed<T>(dk), typed<T>(dv));
     return ffi::Error::Success();
@@ -128,7 +128,7 @@ ffi::Error AttentionJvpImpl(ffi::ThreadPool pool, ffi::AnyBuffer q, ffi::AnyBuff
     return err;
   return dispatch_float(q.element_type(), [&](auto t) {
     using T = decltype(t);
-    cpu::attention_jvp(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
+    cpu::kernels<T>().attention_jvp(parallel_on(pool), shape, typed<T>(q), typed<T>(k), typed<T>(v),
                        typed<T>(out), typed<Acc<T>>(lse), typed<T>(dq), typed<T>(dk),
                        typed<T>(dv), typed<T>(dout));
     return ffi::Error::Success();
@@ -234,7 +234,7 @@ ffi::Error UnaryGradImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer 
   if (auto err = check_unary_grad(x, t, *out, op, n); err.failure()) return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::unary_grad(parallel_on(pool), op, typed<T>(x), typed<T>(t), typed<T>(out), n);
+    cpu::kernels<T>().unary_grad(parallel_on(pool), op, typed<T>(x), typed<T>(t), typed<T>(out), n);
     return ffi::Error::Success();
   });
 }
@@ -245,7 +245,7 @@ ffi::Error BinaryPartialImpl(ffi::ThreadPool pool, ffi::AnyBuffer a, ffi::AnyBuf
   if (auto err = check_binary_partial(a, b, *out, op, shape); err.failure()) return err;
   return dispatch_float(a.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::binary_partial(parallel_on(pool), op, shape, typed<T>(a), typed<T>(b), typed<T>(out));
+    cpu::kernels<T>().binary_partial(parallel_on(pool), op, shape, typed<T>(a), typed<T>(b), typed<T>(out));
     return ffi::Error::Success();
   });
 }
@@ -261,7 +261,7 @@ ffi::Error Conv2dBackwardDataImpl(ffi::ThreadPool pool, ffi::AnyBuffer dy, ffi::
     return err;
   return dispatch_float(dy.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::conv2d_backward_data(parallel_on(pool), shape, typed<T>(dy), typed<T>(w), typed<T>(dx));
+    cpu::kernels<T>().conv2d_backward_data(parallel_on(pool), shape, typed<T>(dy), typed<T>(w), typed<T>(dx));
     return ffi::Error::Success();
   });
 }
@@ -277,7 +277,7 @@ ffi::Error Conv2dBackwardFilterImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi:
     return err;
   return dispatch_float(x.element_type(), [&](auto tag) {
     using T = decltype(tag);
-    cpu::conv2d_backward_filter(parallel_on(pool), shape, typed<T>(x), typed<T>(dy), typed<T>(dw));
+    cpu::kernels<T>().conv2d_backward_filter(parallel_on(pool), shape, typed<T>(x), typed<T>(dy), typed<T>(dw));
     return ffi::Error::Success();
   });
 }

@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "backend/bindings.h"
+#include "cpu/isa_dispatch.h"
 #ifdef OXIJAX_WITH_CUDA
 #include "ptx_probe.h"
 #endif
@@ -69,9 +70,15 @@ NB_MODULE(_oxijax, m) {
     info["cuda_architectures"] = std::string();
 #endif
     info["ffi_api_version"] = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
-    info["cpu_flags"] = std::string(OXIJAX_CPU_FLAGS);
+    const oxijax::cpu::KernelTable& cpu = oxijax::cpu::kernel_table();
+    info["cpu_isa"] = std::string(cpu.level);
+    info["cpu_flags"] = std::string(cpu.flags);
+    info["cpu_isa_levels"] = oxijax::cpu::runnable_isa_levels();
+    info["cpu_isa_built"] = oxijax::cpu::built_isa_levels();
     return info;
-  }, "How this extension was built: CUDA support, architectures, FFI API version.");
+  }, "How this extension was built (CUDA support, architectures, FFI API version) and "
+     "which CPU kernel level it runs: cpu_isa, chosen from cpu_isa_levels (those of "
+     "cpu_isa_built this CPU runs) at load time or by OXIJAX_CPU_ISA.");
 
 #ifdef OXIJAX_WITH_CUDA
   m.def("ptx_probe", &bindings::run_ptx_probe, "probe"_a, "words"_a,

@@ -1,0 +1,143 @@
+"""Run-time choice of the CPU kernels' instruction-set level (ffi/cpu/isa_dispatch.h):
+the levels detected against the kernel's own /proc/cpuinfo, the OXIJAX_CPU_ISA override
+and its errors, and the op tests run again under every lower level this CPU runs."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import oxijax
+
+BUILD = oxijax.BUILD_INFO
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+# The op tests: every kernel against its jnp / NumPy float64 reference, forward and
+# backward, through JAX and through the pointer backend's CPU device.
+OP_TESTS = ["test_gemm.py", "test_conv2d.py", "test_attention.py", "test_attention_grad.py",
+            "test_attention_jvp.py", "test_elementwise.py", "test_reduce.py",
+            "test_numerics.py", "test_grad.py", "test_backend_compute.py"]
+
+# /proc/cpuinfo flags of each x86-64 level above the baseline (x86-64-v3 includes v2;
+# the kernel calls SSE3 "pni").
+X86_LEVEL_FLAGS = {
+    "avx2": {"pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "cx16", "lahf_lm", "avx",
+             "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"},
+    "avx512": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
+}
+
+
+def cpuinfo_flags() -> set[str]:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    pytest.skip("/proc/cpuinfo lists no CPU flags")
+
+
+def run_python(code: str, isa: str | None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("OXIJAX_CPU_ISA", None)
+    if isa is not None:
+        env["OXIJAX_CPU_ISA"] = isa
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT / "tests", timeout=300)
+
+
+def test_the_level_in_use_is_the_best_this_cpu_runs():
+    assert BUILD["cpu_isa_levels"], "this CPU runs no level of the build"
+    assert set(BUILD["cpu_isa_levels"]) <= set(BUILD["cpu_isa_built"])
+    expected = os.environ.get("OXIJAX_CPU_ISA") or BUILD["cpu_isa_levels"][-1]
+    assert BUILD["cpu_isa"] == expected
+
+
+@pytest.mark.skipif(not X86, reason="x86-64 levels")
+def test_x86_build_has_every_level():
+    if os.environ.get("OXIJAX_CPU_LEVELS"):
+        pytest.skip("built for the levels of OXIJAX_CPU_LEVELS only")
+    assert BUILD["cpu_isa_built"] == ["baseline", "avx2", "avx512"]
+    march = {"baseline": "-march=x86-64", "avx2": "-march=x86-64-v3",
+             "avx512": "-march=x86-64-v4"}[BUILD["cpu_isa"]]
+    assert march in BUILD["cpu_flags"].split()
+    assert "-march=native" not in BUILD["cpu_flags"]
+
+
+@pytest.mark.skipif(not X86, reason="x86-64 levels")
+def test_detected_levels_match_proc_cpuinfo():
+    """cpuid + XCR0 (isa_dispatch.cc) against the kernel's own reading of the CPU."""
+    flags = cpuinfo_flags()
+    expected = ["baseline"]
+    if X86_LEVEL_FLAGS["avx2"] <= flags:
+        expected.append("avx2")
+        if X86_LEVEL_FLAGS["avx512"] <= flags:
+            expected.append("avx512")
+    assert BUILD["cpu_isa_levels"] == [lv for lv in expected if lv in BUILD["cpu_isa_built"]]
+
+
+@pytest.mark.parametrize("level", ["unknown", "avx512"])
+def test_forcing_a_level_the_cpu_lacks_is_a_clear_import_error(level):
+    if level in BUILD["cpu_isa_levels"]:
+        pytest.skip(f"this CPU runs {level}")
+    result = run_python("import oxijax", level)
+    assert result.returncode != 0
+    reason = "is not a level of this build" if level not in BUILD["cpu_isa_built"] else (
+        "asks for instructions this CPU lacks")
+    assert f"OXIJAX_CPU_ISA={level} {reason}" in result.stderr
+
+
+@pytest.mark.parametrize("level", BUILD["cpu_isa_levels"])
+def test_every_runnable_level_loads_and_computes(level):
+    code = ("import oxijax, jax.numpy as jnp, numpy as np\n"
+            "x = jnp.linspace(-3, 3, 1000, dtype=jnp.float32).reshape(40, 25)\n"
+            "got = np.asarray(oxijax.gemm(x, x.T))\n"
+            "want = np.asarray(x, np.float64) @ np.asarray(x, np.float64).T\n"
+            "assert np.allclose(got, want, rtol=1e-5, atol=1e-4)\n"
+            "print(oxijax.BUILD_INFO['cpu_isa'])")
+    result = run_python(code, level)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == level
+
+
+def test_kernel_libraries_export_only_their_table():
+    """Each level's library keeps its own copies of shared templates (kernel_table.h):
+    nothing but the table is visible to the dynamic linker."""
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm (binutils)")
+    from oxijax._extension import _oxijax
+
+    folder = pathlib.Path(_oxijax.__file__).parent
+    for level in BUILD["cpu_isa_built"]:
+        library = folder / f"liboxijax_cpu_{level}.so"
+        out = subprocess.run([nm, "-D", "--defined-only", str(library)], capture_output=True,
+                             text=True, check=True).stdout
+        assert [line.split()[-1] for line in out.splitlines()] == ["oxijax_cpu_kernel_table"]
+
+
+LOWER_LEVELS = [level for level in BUILD["cpu_isa_levels"] if level != BUILD["cpu_isa"]]
+
+
+@pytest.mark.skipif(not LOWER_LEVELS, reason="this CPU runs only one level of the build")
+@pytest.mark.parametrize("level", LOWER_LEVELS)
+def test_op_tests_pass_under_lower_level(level, tmp_path):
+    """The op tests again, in a fresh process on the kernels of `level` (the suite itself
+    runs on the best level), so CI checks every level its CPU runs against the references."""
+    env = dict(os.environ, OXIJAX_CPU_ISA=level)
+    tests = [f"{__file__}::test_the_level_in_use_is_the_best_this_cpu_runs",
+             *(str(ROOT / "tests" / name) for name in OP_TESTS)]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
+         "-m", "not gpu and not cuda_interpret and not fuzz", *tests],
+        # Not the checkout's folder: `python -m` would import its oxijax/ before the
+        # installed package.
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1200)
+    tail = "\n".join(result.stdout.splitlines()[-30:])
+    assert result.returncode == 0, f"op tests under OXIJAX_CPU_ISA={level}:\n{tail}\n{result.stderr[-2000:]}"
+    assert " passed" in tail and " failed" not in tail
