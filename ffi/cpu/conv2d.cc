@@ -28,7 +28,7 @@ struct Run {
   uint32_t bits;
 };
 
-#if defined(__AVX512F__)
+#if defined(OXIJAX_GEMM_X86_KERNEL)
 // Float / double with stride_w == 1 and at most two runs per panel row (an NR-column
 // panel spans at most two output rows when Q >= NR): one filter tap's rows for every
 // channel are two masked loads per vector, with masks and offsets held in registers.
@@ -45,8 +45,7 @@ void copy_tap(A* d, int64_t d_step, const A* channel, int64_t hw, int64_t channe
   for (int i = 0; i < 2; ++i) {
     const bool live = i < count;
     at[i] = live ? std::intptr_t(sizeof(A)) * (run[i].off - run[i].a) : 0;
-    for (int v = 0; v < NV; ++v)
-      mask[i][v] = static_cast<typename S::Mask>(live ? run[i].bits >> (v * L) : 0);
+    for (int v = 0; v < NV; ++v) mask[i][v] = S::lanes(live ? run[i].bits >> (v * L) : 0);
   }
   // Masked-off lanes are never touched, even where their address is outside x.
   auto lanes = [](const A* ch, std::intptr_t bytes, int v) {
@@ -124,7 +123,12 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
         for (int j = 0; j < NR; ++j) d[j] = A(0);
         for (int i = 0; i < n; ++i) {
           const T* src = channel + run[i].off;
-          for (int j = run[i].a; j < run[i].b; ++j) d[j] = load(src[(j - run[i].a) * s.stride_w]);
+          if (s.stride_w == 1) {
+            widen(d + run[i].a, src, run[i].b - run[i].a);
+          } else {
+            for (int j = run[i].a; j < run[i].b; ++j)
+              d[j] = load(src[(j - run[i].a) * s.stride_w]);
+          }
         }
       }
     }
@@ -146,11 +150,12 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
     });
     return;
   }
-  const KBlocks kb(kd, Blocking<A>::kKC);
+  const KBlocks kb(kd, cache_blocks<A>().kc);
   const int64_t mw = round_up(m, MR), hw = s.h * s.w;
 
   // Groups whose packed weights fit the budget are done together.
-  const int64_t group_step = std::clamp<int64_t>(kPackBudget<A> / (mw * kd), 1, s.groups);
+  const int64_t group_step =
+      std::clamp<int64_t>(cache_blocks<A>().pack / (mw * kd), 1, s.groups);
 
   // Output columns per task: a slice of about kSliceElements, or less when that
   // would leave threads without work.
@@ -175,7 +180,7 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
       Scratch<A> bpack(kd * slice);
       std::vector<Run> runs(s.r * s.s * NR);
       std::vector<int> counts(s.r * s.s);
-      Scratch<A> scratch(std::is_same_v<T, A> ? 0 : Blocking<A>::kMC * slice);
+      Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<A>().mc * slice);
       for (int64_t u = begin; u < end; ++u) {
         const int64_t g = u / (s.n * slices), n = u / slices % s.n, j0 = u % slices * slice;
         const int64_t nc = std::min(slice, cols - j0), width = round_up(nc, NR);

@@ -8,7 +8,8 @@
 //            the input pixel it was read from;
 //  - filter: dw (K x CRS) += dy (K x nb*PQ) @ im2col(x)^T (nb*PQ x CRS), the images of a
 //            chunk side by side so one GEMM contracts over images and pixels together.
-// Padding and stride gaps are skipped by bounds checks, so pixels no window reads get 0.
+// Padding and stride gaps are skipped (rows outside the image, columns outside
+// inside_columns), so pixels no window reads get 0.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -31,21 +32,38 @@ int64_t chunk_images(const ConvShape& s) {
                              s.n);
 }
 
-// Calls body(h, w, col) for every (r, t, p, q) whose input pixel (h, w) lies inside the
-// image; col indexes one channel's rows of the column matrix, (r * S + t) * PQ + p * Q + q.
-template <typename Body>
-void for_each_tap(const ConvShape& s, Body&& body) {
-  for (int64_t r = 0; r < s.r; ++r)
-    for (int64_t t = 0; t < s.s; ++t)
-      for (int64_t p = 0; p < s.p; ++p) {
-        const int64_t h = p * s.stride_h - s.pad_h + r;
-        if (h < 0 || h >= s.h) continue;
-        const int64_t row = (r * s.s + t) * s.p * s.q + p * s.q;
-        for (int64_t q = 0; q < s.q; ++q) {
-          const int64_t w = q * s.stride_w - s.pad_w + t;
-          if (w >= 0 && w < s.w) body(h * s.w + w, row + q);
-        }
-      }
+// Output columns q whose input column q * stride_w - pad_w + t, for filter column t,
+// lies inside the image: [lo, hi).
+struct Columns {
+  int64_t lo, hi;
+};
+Columns inside_columns(const ConvShape& s, int64_t t) {
+  const int64_t first = s.pad_w - t;
+  const int64_t lo =
+      std::clamp<int64_t>(first > 0 ? (first + s.stride_w - 1) / s.stride_w : 0, 0, s.q);
+  const int64_t last = s.w - 1 + s.pad_w - t;
+  return {lo, std::clamp<int64_t>(last >= 0 ? last / s.stride_w + 1 : 0, lo, s.q)};
+}
+
+// row[q] = load(src[2 q]) for q in [lo, hi), with whole vectors from lo up to the
+// returned q: the even lanes of sixteen consecutive values, which stay at or below
+// src[2 hi - 3], inside the row that the caller's range covers.
+template <typename T, typename A>
+int64_t gather_stride2([[maybe_unused]] A* row, [[maybe_unused]] const T* src, int64_t lo,
+                       [[maybe_unused]] int64_t hi) {
+  int64_t q = lo;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; q + 8 < hi; q += 8) {
+      const __m256 a = _mm256_loadu_ps(src + 2 * q), b = _mm256_loadu_ps(src + 2 * q + 8);
+      // Lanes a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pairs in order.
+      const __m256 even = _mm256_shuffle_ps(a, b, 0x88);
+      const __m256d pairs = _mm256_permute4x64_pd(_mm256_castps_pd(even), 0xd8);
+      _mm256_storeu_ps(row + q, _mm256_castpd_ps(pairs));
+    }
+  }
+#endif
+  return q;
 }
 
 // One image plane's rows of the column matrix: row (r * S + t), column p * Q + q holds
@@ -56,11 +74,7 @@ void im2col_rows(const ConvShape& s, const T* plane, A* rows, int64_t ld) {
   for (int64_t r = 0; r < s.r; ++r)
     for (int64_t t = 0; t < s.s; ++t) {
       A* row = rows + (r * s.s + t) * ld;
-      // Output columns whose input column lies inside the image: q in [q_lo, q_hi).
-      const int64_t first = s.pad_w - t, q_lo = std::clamp<int64_t>(
-          first > 0 ? (first + s.stride_w - 1) / s.stride_w : 0, 0, s.q);
-      const int64_t last = s.w - 1 + s.pad_w - t, q_hi = std::clamp<int64_t>(
-          last >= 0 ? last / s.stride_w + 1 : 0, q_lo, s.q);
+      const Columns in = inside_columns(s, t);
       for (int64_t p = 0; p < s.p; ++p, row += s.q) {
         const int64_t h = p * s.stride_h - s.pad_h + r;
         if (h < 0 || h >= s.h) {
@@ -68,9 +82,65 @@ void im2col_rows(const ConvShape& s, const T* plane, A* rows, int64_t ld) {
           continue;
         }
         const T* src = plane + h * s.w - s.pad_w + t;
-        std::fill(row, row + q_lo, A(0));
-        for (int64_t q = q_lo; q < q_hi; ++q) row[q] = load(src[q * s.stride_w]);
-        std::fill(row + q_hi, row + s.q, A(0));
+        std::fill(row, row + in.lo, A(0));
+        if (s.stride_w == 1) {  // a contiguous copy, which the compiler vectorises
+          for (int64_t q = in.lo; q < in.hi; ++q) row[q] = load(src[q]);
+        } else if (s.stride_w == 2) {
+          for (int64_t q = gather_stride2(row, src, in.lo, in.hi); q < in.hi; ++q)
+            row[q] = load(src[2 * q]);
+        } else {
+          for (int64_t q = in.lo; q < in.hi; ++q) row[q] = load(src[q * s.stride_w]);
+        }
+        std::fill(row + in.hi, row + s.q, A(0));
+      }
+    }
+}
+
+// dst[2 q] += src[q] for q in [lo, hi), with whole vectors from lo up to the returned q:
+// eight values interleaved with zeros make sixteen consecutive addends, so the stride-2
+// scatter is two plain vector additions (adding +0 leaves every sum as it was). The
+// vectors stay below dst[2 hi - 1], inside the row that the caller's range covers.
+template <typename A>
+int64_t add_stride2([[maybe_unused]] A* dst, [[maybe_unused]] const A* src, int64_t lo,
+                    [[maybe_unused]] int64_t hi) {
+  int64_t q = lo;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {
+    const __m256 zero = _mm256_setzero_ps();
+    for (; q + 8 < hi; q += 8) {  // the last odd lane, 2 q + 15, stays below 2 hi - 1
+      const __m256 v = _mm256_loadu_ps(src + q);
+      const __m256 even_lo = _mm256_unpacklo_ps(v, zero), even_hi = _mm256_unpackhi_ps(v, zero);
+      float* d = dst + 2 * q;
+      _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d),
+                                         _mm256_permute2f128_ps(even_lo, even_hi, 0x20)));
+      _mm256_storeu_ps(d + 8, _mm256_add_ps(_mm256_loadu_ps(d + 8),
+                                             _mm256_permute2f128_ps(even_lo, even_hi, 0x31)));
+    }
+  }
+#endif
+  return q;
+}
+
+// The adjoint of im2col_rows: adds every entry of one image plane's rows of the column
+// matrix onto the input pixel it was read from.
+template <typename A>
+void col2im_rows(const ConvShape& s, const A* rows, int64_t ld, A* __restrict plane) {
+  for (int64_t r = 0; r < s.r; ++r)
+    for (int64_t t = 0; t < s.s; ++t) {
+      const A* __restrict row = rows + (r * s.s + t) * ld;
+      const Columns in = inside_columns(s, t);
+      for (int64_t p = 0; p < s.p; ++p, row += s.q) {
+        const int64_t h = p * s.stride_h - s.pad_h + r;
+        if (h < 0 || h >= s.h) continue;
+        A* dst = plane + h * s.w - s.pad_w + t;
+        if (s.stride_w == 1) {
+          for (int64_t q = in.lo; q < in.hi; ++q) dst[q] += row[q];
+        } else if (s.stride_w == 2) {
+          for (int64_t q = add_stride2(dst, row, in.lo, in.hi); q < in.hi; ++q)
+            dst[2 * q] += row[q];
+        } else {
+          for (int64_t q = in.lo; q < in.hi; ++q) dst[q * s.stride_w] += row[q];
+        }
       }
     }
 }
@@ -79,7 +149,7 @@ void im2col_rows(const ConvShape& s, const T* plane, A* rows, int64_t ld) {
 template <typename T, typename A>
 void widen(const Parallel& par, const T* src, A* dst, int64_t n) {
   par.for_range(n, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) dst[i] = load(src[i]);
+    gemm_detail::widen(dst + begin, src + begin, end - begin);
   });
 }
 
@@ -157,7 +227,7 @@ void conv2d_backward_data(const Parallel& par, const ConvShape& s, const T* dy, 
           A* acc = kSame ? reinterpret_cast<A*>(plane) : local.data();
           std::fill(acc, acc + hw, A(0));
           const A* col = dcol.data() + (i * crs + c * rs) * pq;
-          for_each_tap(s, [&](int64_t pixel, int64_t j) { acc[pixel] += col[j]; });
+          col2im_rows(s, col, pq, acc);
           if constexpr (!kSame)
             for (int64_t e = 0; e < hw; ++e) plane[e] = store<T>(acc[e]);
         }
@@ -197,7 +267,7 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
             const int64_t k = u / count, i = u % count;
             const T* src = dy + ((image0 + i) * s.k + k) * pq;
             A* dst = dyc.data() + k * width + i * pq;
-            for (int64_t e = 0; e < pq; ++e) dst[e] = load(src[e]);
+            gemm_detail::widen(dst, src, pq);
           }
         });
         dy_chunk = dyc.data();

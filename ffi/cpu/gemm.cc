@@ -2,7 +2,8 @@
 // panel engine of gemm_microkernel.h.
 //
 // Each matrix is cut into super-blocks (rows_big x cols_big of the output) whose packed
-// A rows and B columns (all of K) fit kPackBudget. The threads are used one of two ways:
+// A rows and B columns (all of K) each fit cache_blocks().pack, a share of L3. The threads
+// are used one of two ways:
 //  - many or small matrices: each task runs whole matrices with its own buffers;
 //  - few large matrices: one matrix at a time; per super-block all threads first pack
 //    A and B into shared buffers (one for_range), then compute equal rectangles of the
@@ -52,9 +53,14 @@ struct Plan {
         a_rs(s.trans_a ? 1 : s.a_ld()), a_cs(s.trans_a ? s.a_ld() : 1),
         b_rs(s.trans_b ? s.b_ld() : 1), b_cs(s.trans_b ? 1 : s.b_ld()),
         ldc(s.out_ld()),
-        alpha(A(s.alpha)), beta(A(s.beta)), kb(s.k, Blocking<A>::kKC) {
-    rows_big = even_block(m, kPackBudget<A> / k, MR);
-    cols_big = even_block(n, kPackBudget<A> / k, NR);
+        alpha(A(s.alpha)), beta(A(s.beta)), kb(s.k, cache_blocks<A>().kc) {
+    const CacheBlocks& blocks = cache_blocks<A>();
+    rows_big = even_block(m, blocks.pack / k, MR);
+    // Half types also hold an MC-row stripe of the super-block in float
+    // (compute_region), kept within the same budget.
+    const int64_t col_limit =
+        std::is_same_v<T, A> ? blocks.pack / k : std::min(blocks.pack / k, blocks.pack / blocks.mc);
+    cols_big = even_block(n, col_limit, NR);
   }
 
   Target<T> target(const Matrices<T>& x, int64_t ib, int64_t jb) const {
@@ -77,7 +83,7 @@ struct Workspace {
   Scratch<A> a, b, scratch;
   explicit Workspace(const Plan<T>& p)
       : a(p.rows_big * p.k), b(p.cols_big * p.k),
-        scratch(std::is_same_v<T, A> ? 0 : Blocking<A>::kMC * p.cols_big) {}
+        scratch(std::is_same_v<T, A> ? 0 : cache_blocks<A>().mc * p.cols_big) {}
 };
 
 // One matrix on the calling thread.
@@ -141,7 +147,7 @@ void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>& x,
       const Target<T> t = p.target(x, ib, jb);
       par.for_range(rp * cp, int64_t(kMinTaskFlops / unit_flops) + 1,
                     [&](int64_t begin, int64_t end) {
-        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : Blocking<A>::kMC * cc * NR);
+        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<A>().mc * cc * NR);
         for (int64_t u = begin; u < end; ++u) {
           const int64_t r0 = (u / cp) * rc * MR, c0 = (u % cp) * cc * NR;
           compute_region<T>(ws.a.data(), mw, ws.b.data(), nw, p.kb, r0,

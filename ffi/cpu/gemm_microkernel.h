@@ -2,7 +2,9 @@
 // are packed into panels (A in MR-row panels, B in NR-column panels, both cut into
 // KC-deep blocks and zero padded), and an MR x NR register-tiled micro-kernel runs
 // over them. Half types are widened to float while packing, so the micro-kernels only
-// exist for float and double.
+// exist for float and double. The register tile is fixed per instruction set; the
+// cache blocks (KC, MC, the packed super-block size) follow the running machine's
+// cache sizes.
 //
 // Packed layout of an operand with `width` rows (A) or columns (B), padded to the
 // panel size P: for K block b (start k0, depth kc) the panel starting at row i lives
@@ -18,52 +20,76 @@
 #include <new>
 #include <type_traits>
 
-#if defined(__AVX512F__) || defined(__FMA__)
+#if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
+#include "cache_info.h"
 #include "oxijax/numeric.h"
+
+// x86 micro-kernels on intrinsics (AVX-512, or AVX2 with FMA); elsewhere (SSE2 baseline,
+// NEON) a portable one on vector extensions.
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define OXIJAX_GEMM_X86_KERNEL 1
+#endif
 
 namespace oxijax::cpu::gemm_detail {
 
-// Register tile (MR x NR) and cache blocks. KC keeps a B micro-panel (KC x NR) in L1,
-// MC keeps an A block (MC x KC) in L2.
+// ---------------------------------------------------------------- register tiles
+
+// MR x NR: the block of C a micro-kernel call keeps in registers.
 template <typename A> struct Blocking;
 #if defined(__AVX512F__)
 // 14 x 2 zmm accumulators + 2 B vectors + 1 broadcast = 31 of the 32 zmm registers.
-template <> struct Blocking<float> {
-  static constexpr int kMR = 14, kNR = 32;
-  static constexpr int64_t kKC = 256, kMC = 14 * 12;
-};
-template <> struct Blocking<double> {
-  static constexpr int kMR = 14, kNR = 16;
-  static constexpr int64_t kKC = 256, kMC = 14 * 6;
-};
+template <> struct Blocking<float> { static constexpr int kMR = 14, kNR = 32; };
+template <> struct Blocking<double> { static constexpr int kMR = 14, kNR = 16; };
 #else
-// Portable: GCC vector extensions of the widest plain vector width; 6 x 2 vectors
-// of accumulators fit 16 vector registers.
+// 6 x 2 vectors of accumulators + 2 B vectors + 1 broadcast = 15 of the 16 vector
+// registers (ymm with AVX2, xmm with SSE2, q with NEON).
 #if defined(__AVX__)
 inline constexpr int kVecBytes = 32;
 #else
 inline constexpr int kVecBytes = 16;
 #endif
-template <> struct Blocking<float> {
-  static constexpr int kMR = 6, kNR = 2 * kVecBytes / 4;
-  static constexpr int64_t kKC = 256, kMC = 6 * 16;
-};
-template <> struct Blocking<double> {
-  static constexpr int kMR = 6, kNR = 2 * kVecBytes / 8;
-  static constexpr int64_t kKC = 256, kMC = 6 * 16;
-};
+template <> struct Blocking<float> { static constexpr int kMR = 6, kNR = 2 * kVecBytes / 4; };
+template <> struct Blocking<double> { static constexpr int kMR = 6, kNR = 2 * kVecBytes / 8; };
 #endif
-
-// Bytes of one packed operand that a call keeps at once: the packed panels of one
-// super-block stay in L3 while every thread works on them.
-inline constexpr int64_t kPackBytes = int64_t{6} << 20;
-template <typename A> inline constexpr int64_t kPackBudget = kPackBytes / int64_t(sizeof(A));
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// ---------------------------------------------------------------- cache blocks
+
+// The cache blocks of the running machine (cache_info.h), by BLIS's rules:
+//  - KC: a KC x NR micro-panel of B and an MR x KC sliver of A fill L1, so the B
+//    micro-panel stays there while the A slivers of a block stream past it (with the
+//    prefetcher's help); deeper blocks mean fewer passes over C;
+//  - MC: an MC x KC block of A fills about half of L2 (the rest holds B micro-panels
+//    and C), so every B micro-panel reuses it from there;
+//  - pack: each packed operand (a super-block of A rows or B columns over all of K) a
+//    quarter of L3, so both stay there while every thread works through them.
+struct CacheBlocks {
+  int64_t kc;    // depth of a K block
+  int64_t mc;    // rows of an A block, a multiple of MR
+  int64_t pack;  // elements of one packed operand
+};
+
+// KC stays in a range where the K loop's start-up and C traffic are amortised and
+// the packed slivers are not absurdly long, whatever the cache sizes claim.
+inline constexpr int64_t kMinKC = 64, kMaxKC = 1024;
+
+template <typename A>
+const CacheBlocks& cache_blocks() {
+  static const CacheBlocks blocks = [] {
+    constexpr int64_t MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, size = sizeof(A);
+    const CacheSizes& c = cache_sizes();
+    const int64_t kc = std::clamp<int64_t>(c.l1d / ((MR + NR) * size) / 8 * 8, kMinKC,
+                                           kMaxKC);
+    const int64_t mc = std::max<int64_t>(c.l2 / 2 / (kc * size) / MR, 1) * MR;
+    return CacheBlocks{kc, mc, c.l3 / 4 / size};
+  }();
+  return blocks;
+}
 
 // Cuts n into equal blocks of at most `limit` (both multiples of P, n rounded up):
 // the block size, so that no block is a sliver.
@@ -151,6 +177,140 @@ struct KBlocks {
   int64_t depth(int64_t b) const { return std::min(size, k - b * size); }
 };
 
+// ---------------------------------------------------------------- conversions
+
+#if defined(__AVX2__)
+// Eight (four) consecutive T as floats in one instruction or two: whether T has such a
+// load (half needs F16C).
+template <typename T>
+inline constexpr bool kLoad8 = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>
+#if defined(__F16C__)
+                               || std::is_same_v<T, half>
+#endif
+    ;
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m128 load4(const float* p) { return _mm_loadu_ps(p); }
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+// A bfloat16 is the top half of a float: widen the 16-bit lanes and shift them up.
+inline __m256 load8(const bfloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m128 load4(const bfloat16* p) {
+  const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
+}
+
+// p[0..8) = store<T>(v), rounded to nearest even as float_to_bfloat16 does (a NaN
+// stays a quiet NaN).
+inline void store8(bfloat16* p, __m256 v) {
+  const __m256i f = _mm256_castps_si256(v);
+  const __m256i top = _mm256_srli_epi32(f, 16);
+  const __m256i odd = _mm256_and_si256(top, _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(f, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)), 16);
+  const __m256i magnitude = _mm256_and_si256(f, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+  const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+  // Both 128-bit halves pack their four lanes to 16 bits; gather the two results.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+
+#if defined(__F16C__)
+inline __m256 load8(const half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m128 load4(const half* p) {
+  return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+// Rounds to nearest even like float_to_half (overflow gives inf; a NaN stays NaN).
+inline void store8(half* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+#endif
+#endif
+
+// out[j] = store<T>(s[j] + beta * load(c[j])) for j < n: a row of float results rounded
+// once to a half type (c is not read when beta == 0).
+template <typename T>
+void round_row(T* out, const float* s, const T* c, float beta, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX2__)
+  if constexpr (kLoad8<T>) {
+    const __m256 vb = _mm256_set1_ps(beta);
+    if (beta != 0.0f) {
+      for (; j + 8 <= n; j += 8)
+        store8(out + j, _mm256_add_ps(_mm256_loadu_ps(s + j), _mm256_mul_ps(vb, load8(c + j))));
+    } else {
+      for (; j + 8 <= n; j += 8) store8(out + j, _mm256_loadu_ps(s + j));
+    }
+  }
+#endif
+  if (beta != 0.0f) {
+    for (; j < n; ++j) out[j] = store<T>(s[j] + beta * load(c[j]));
+  } else {
+    for (; j < n; ++j) out[j] = store<T>(s[j]);
+  }
+}
+
+// ---------------------------------------------------------------- packing
+
+#if defined(__AVX2__)
+// d[0..Rows) = the first Rows lanes of v, Rows <= 8.
+template <int Rows>
+inline void store_lanes(float* d, __m256 v) {
+  if constexpr (Rows == 8) {
+    _mm256_storeu_ps(d, v);
+  } else {
+    __m128 part = _mm256_castps256_ps128(v);
+    if constexpr (Rows >= 4) {
+      _mm_storeu_ps(d, part);
+      part = _mm256_extractf128_ps(v, 1);
+    }
+    constexpr int at = Rows & 4, rest = Rows & 3;
+    if constexpr (rest >= 2) _mm_storel_pi(reinterpret_cast<__m64*>(d + at), part);
+    if constexpr (rest == 3) _mm_store_ss(d + at + 2, _mm_movehl_ps(part, part));
+    if constexpr (rest == 1) _mm_store_ss(d + at, part);
+  }
+}
+
+// d[kk * ld + ii] = s[ii * rs + kk] as floats for ii < Rows <= 8, kk < 8: up to eight
+// rows of eight values transposed in registers (rows past Rows are not read).
+template <int Rows, typename T>
+inline void transpose_8(float* d, int64_t ld, const T* s, int64_t rs) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = i < Rows ? load8(s + i * rs) : _mm256_setzero_ps();
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {  // pairs of rows interleaved
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // r[i + m], 128-bit lane l: rows i..i+3 of column 4l+m
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int m = 0; m < 4; ++m) {  // rows 0..3 and 4..7 of columns m and 4 + m
+    store_lanes<Rows>(d + m * ld, _mm256_permute2f128_ps(r[m], r[4 + m], 0x20));
+    store_lanes<Rows>(d + (4 + m) * ld, _mm256_permute2f128_ps(r[m], r[4 + m], 0x31));
+  }
+}
+
+// Eight K steps of a full panel of P rows: d[kk * P + ii] = s[ii * rs + kk], kk < 8,
+// eight rows at a time (rows I.. of the panel).
+template <int P, int I = 0, typename T>
+inline void transpose_panel_8(float* d, const T* s, int64_t rs) {
+  if constexpr (I < P) {
+    transpose_8<std::min(8, P - I)>(d + I, P, s + I * rs, rs);
+    transpose_panel_8<P, I + 8>(d, s, rs);
+  }
+}
+#endif
+
 #if defined(__AVX512F__)
 // d[kk * ld + ii] = s[ii * rs + kk] for ii < rows <= 16, kk < 16: up to sixteen rows of
 // 16 floats transposed in registers (lanes past `rows` are neither loaded nor stored).
@@ -190,6 +350,44 @@ inline void transpose_16(float* d, int64_t ld, const float* s, int64_t rs, int r
 #pragma GCC diagnostic pop
 #endif
 
+// As many K steps of a full panel of P rows as whole register transposes cover, from
+// a K-contiguous source: d[kk * P + ii] = load(s[ii * rs + kk]). Returns how many.
+template <int P, typename T, typename A>
+int64_t transpose_steps([[maybe_unused]] A* d, [[maybe_unused]] const T* s,
+                        [[maybe_unused]] int64_t rs, [[maybe_unused]] int64_t kc) {
+  int64_t kk = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; kk + 16 <= kc; kk += 16)
+      for (int ii = 0; ii < P; ii += 16)
+        transpose_16(d + kk * P + ii, P, s + ii * rs + kk, rs, std::min(16, P - ii));
+    return kk;
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float> && kLoad8<T>)
+    for (; kk + 8 <= kc; kk += 8) transpose_panel_8<P>(d + kk * P, s + kk, rs);
+#endif
+  return kk;
+}
+
+// d[j] = load(s[j]) for j < n: eight and then four lanes at a time where T widens in
+// registers (with a constant n, as for one K step of a panel, the loops unroll away).
+template <typename T, typename A>
+inline void widen(A* d, const T* s, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float> && kLoad8<T>) {
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(d + j, load8(s + j));
+    if (j + 4 <= n) {
+      _mm_storeu_ps(d + j, load4(s + j));
+      j += 4;
+    }
+  }
+#endif
+  for (; j < n; ++j) d[j] = load(s[j]);
+}
+
 // Packs panels of P rows [i0, i1) (i0 a multiple of P) of the matrix
 // M(i, kk) = src[i * rs + kk * cs], valid for i < rows, over all of K; rows past
 // `rows` become zeros. Used for A (rows of op(a)) and for B (columns of op(b)).
@@ -198,22 +396,14 @@ void pack_panels(A* dst, int64_t width, const T* src, int64_t rs, int64_t cs, in
                  int64_t i0, int64_t i1, const KBlocks& kb) {
   if (cs == 1 && rs != 1) {
     // K contiguous (a not transposed, b transposed): a panel's P source rows are read
-    // as long streams over all of K, each scattered into the panel with stride P.
+    // as long streams over all of K, transposed into the panel in registers.
     for (int64_t i = i0; i < i1; i += P) {
       const int64_t valid = std::clamp<int64_t>(rows - i, 0, P);
       for (int64_t b = 0; b < kb.count; ++b) {
         const int64_t k0 = kb.begin(b), kc = kb.depth(b);
         A* d = dst + k0 * width + i * kc;
         const T* s = src + i * rs + k0;
-        int64_t kk0 = 0;
-#if defined(__AVX512F__)
-        if constexpr (std::is_same_v<T, float>) {
-          if (valid == P)
-            for (; kk0 + 16 <= kc; kk0 += 16)
-              for (int ii = 0; ii < P; ii += 16)
-                transpose_16(d + kk0 * P + ii, P, s + ii * rs + kk0, rs, std::min(16, P - ii));
-        }
-#endif
+        const int64_t kk0 = valid == P ? transpose_steps<P>(d, s, rs, kc) : 0;
         for (int64_t ii = 0; ii < valid; ++ii)
           for (int64_t kk = kk0; kk < kc; ++kk) d[kk * P + ii] = load(s[ii * rs + kk]);
         for (int64_t ii = valid; ii < P; ++ii)
@@ -222,22 +412,26 @@ void pack_panels(A* dst, int64_t width, const T* src, int64_t rs, int64_t cs, in
     }
     return;
   }
+  // Panels whose P rows all exist, and with a contiguous panel dimension (b not
+  // transposed, a transposed), are straight copies of source rows: one source row at a
+  // time across all of them, so that the source streams in order.
+  const int64_t full_end =
+      rs == 1 ? std::clamp<int64_t>(i0 + (rows - i0) / P * P, i0, i1) : i0;
   for (int64_t b = 0; b < kb.count; ++b) {
     const int64_t k0 = kb.begin(b), kc = kb.depth(b);
-    for (int64_t i = i0; i < i1; i += P) {
-      A* d = dst + k0 * width + i * kc;
+    A* block = dst + k0 * width;
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const T* s = src + (k0 + kk) * cs;
+      for (int64_t i = i0; i < full_end; i += P) widen(block + i * kc + kk * P, s + i, P);
+    }
+    for (int64_t i = full_end; i < i1; i += P) {
+      A* d = block + i * kc;
       const int64_t valid = std::clamp<int64_t>(rows - i, 0, P);
       const T* s = src + i * rs + k0 * cs;
-      if (valid == P && rs == 1) {
-        // Panel dim contiguous (b not transposed, a transposed): straight row copies.
-        for (int64_t kk = 0; kk < kc; ++kk, s += cs, d += P)
-          for (int ii = 0; ii < P; ++ii) d[ii] = load(s[ii]);
-      } else {
-        for (int64_t kk = 0; kk < kc; ++kk, d += P) {
-          int ii = 0;
-          for (; ii < valid; ++ii) d[ii] = load(s[ii * rs + kk * cs]);
-          for (; ii < P; ++ii) d[ii] = A(0);
-        }
+      for (int64_t kk = 0; kk < kc; ++kk, d += P) {
+        int ii = 0;
+        for (; ii < valid; ++ii) d[ii] = load(s[ii * rs + kk * cs]);
+        for (; ii < P; ++ii) d[ii] = A(0);
       }
     }
   }
@@ -249,8 +443,9 @@ void pack_panels(A* dst, int64_t width, const T* src, int64_t rs, int64_t cs, in
 //   dst[i, j] = alpha * acc[i, j] + beta * src[i, j]   (src not read when beta == 0).
 // src may equal dst (accumulating over K blocks).
 
-#if defined(__AVX512F__)
+#if defined(OXIJAX_GEMM_X86_KERNEL)
 template <typename A> struct Simd;
+#if defined(__AVX512F__)
 template <> struct Simd<float> {
   using V = __m512;
   using Mask = __mmask16;
@@ -264,6 +459,7 @@ template <> struct Simd<float> {
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V maskz_load(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
   static void mask_store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
+  static Mask lanes(uint32_t bits) { return static_cast<Mask>(bits); }
 };
 template <> struct Simd<double> {
   using V = __m512d;
@@ -278,26 +474,69 @@ template <> struct Simd<double> {
   static V mul(V a, V b) { return _mm512_mul_pd(a, b); }
   static V maskz_load(Mask m, const double* p) { return _mm512_maskz_loadu_pd(m, p); }
   static void mask_store(double* p, Mask m, V v) { _mm512_mask_storeu_pd(p, m, v); }
+  static Mask lanes(uint32_t bits) { return static_cast<Mask>(bits); }
 };
-
-template <typename A>
-void micro_kernel(int64_t kc, const A* __restrict a, const A* __restrict b, A* dst,
-                  int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
-  using S = Simd<A>;
-  using V = typename S::V;
-  constexpr int MR = Blocking<A>::kMR, L = S::kLanes, NV = Blocking<A>::kNR / L;
-  // The C rows are touched only after the K loop: start fetching them now.
-  for (int i = 0; i < mr; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd + NV * L - 1), _MM_HINT_T0);
+#else
+// AVX2 masks are vectors whose lanes are all ones (on) or zeros (off); masked loads do
+// not touch the lanes that are off.
+template <> struct Simd<float> {
+  using V = __m256;
+  using Mask = __m256i;
+  static constexpr int kLanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V maskz_load(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
+  static V mask_load(V old, Mask m, const float* p) {
+    return _mm256_blendv_ps(old, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
   }
-  V acc[MR][NV];
-#pragma GCC unroll 64
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[i][v] = S::zero();
-#pragma GCC unroll 2
-  for (int64_t k = 0; k < kc; ++k) {
+  // Lane j is on when bit j of `bits` is set.
+  static Mask lanes(uint32_t bits) {
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(bits)), bit), bit);
+  }
+};
+template <> struct Simd<double> {
+  using V = __m256d;
+  using Mask = __m256i;
+  static constexpr int kLanes = 4;
+  static V zero() { return _mm256_setzero_pd(); }
+  static V set1(double x) { return _mm256_set1_pd(x); }
+  static V load(const double* p) { return _mm256_loadu_pd(p); }
+  static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  static V mul(V a, V b) { return _mm256_mul_pd(a, b); }
+  static V maskz_load(Mask m, const double* p) { return _mm256_maskload_pd(p, m); }
+  static V mask_load(V old, Mask m, const double* p) {
+    return _mm256_blendv_pd(old, _mm256_maskload_pd(p, m), _mm256_castsi256_pd(m));
+  }
+  static Mask lanes(uint32_t bits) {
+    const __m256i bit = _mm256_setr_epi64x(1, 2, 4, 8);
+    return _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(bits), bit), bit);
+  }
+};
+#endif
+
+// How far ahead of the FMAs (in K steps) the micro-kernel prefetches its A sliver
+// into L1: the sliver streams from L2, B's micro-panel already sits in L1.
+inline constexpr int kPrefetchSteps = 8;
+// The K steps before its end at which a micro-kernel call prefetches its tile of C:
+// a few hundred cycles, enough to hide an L2 or L3 hit, yet late enough that the A and
+// B streams do not evict the lines again before the tile is stored (the rows of a tile
+// often share one L1 set, as leading dimensions tend to be powers of two).
+inline constexpr int64_t kPrefetchCSteps = 32;
+
+// acc += (MR x steps sliver of A) @ (steps x NR micro-panel of B).
+template <typename A, typename V, int MR, int NV>
+inline void multiply_steps(int64_t steps, const A* a, const A* b, V (&acc)[MR][NV]) {
+  using S = Simd<A>;
+  constexpr int L = S::kLanes;
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < steps; ++k) {
+    _mm_prefetch(reinterpret_cast<const char*>(a + kPrefetchSteps * MR), _MM_HINT_T0);
     V bv[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) bv[v] = S::load(b + v * L);
@@ -310,6 +549,34 @@ void micro_kernel(int64_t kc, const A* __restrict a, const A* __restrict b, A* d
     a += MR;
     b += NV * L;
   }
+}
+
+// A full tile: alpha * acc (+ beta * src) stored as whole vectors.
+template <typename A, typename V, int MR, int NV>
+inline void store_tile(const V (&acc)[MR][NV], A* dst, int64_t ldd, const A* src, int64_t lds,
+                       A alpha, A beta) {
+  using S = Simd<A>;
+  constexpr int L = S::kLanes;
+  const V va = S::set1(alpha), vb = S::set1(beta);
+#pragma GCC unroll 64
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      V r = S::mul(va, acc[i][v]);
+      if (beta != A(0)) r = S::fma(vb, S::load(src + i * lds + v * L), r);
+      S::store(dst + i * ldd + v * L, r);
+    }
+  }
+}
+
+// An edge tile: only its top-left mr x nr is stored (src read there alone).
+template <typename A, typename V, int MR, int NV>
+inline void store_edge_tile(const V (&acc)[MR][NV], A* dst, int64_t ldd, const A* src,
+                            int64_t lds, A alpha, A beta, int mr, int nr) {
+  using S = Simd<A>;
+  constexpr int L = S::kLanes;
+#if defined(__AVX512F__)
+  // Masked lanes are neither loaded nor stored.
   typename S::Mask mask[NV];
   for (int v = 0; v < NV; ++v) {
     const int left = std::clamp(nr - v * L, 0, L);
@@ -317,7 +584,7 @@ void micro_kernel(int64_t kc, const A* __restrict a, const A* __restrict b, A* d
   }
   const V va = S::set1(alpha), vb = S::set1(beta);
 #pragma GCC unroll 64
-  for (int i = 0; i < MR; ++i) {
+  for (int i = 0; i < MR; ++i) {  // unrolled, so that acc stays in registers
     if (i >= mr) break;
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
@@ -326,6 +593,44 @@ void micro_kernel(int64_t kc, const A* __restrict a, const A* __restrict b, A* d
       S::mask_store(dst + i * ldd + v * L, mask[v], r);
     }
   }
+#else
+  // Through memory: AVX2 masked stores are slow, and edge tiles are rare.
+  alignas(64) A tile[MR][NV * L];
+#pragma GCC unroll 64
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) S::store(&tile[i][v * L], acc[i][v]);
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      A r = alpha * tile[i][j];
+      if (beta != A(0)) r += beta * src[i * lds + j];
+      dst[i * ldd + j] = r;
+    }
+#endif
+}
+
+template <typename A>
+void micro_kernel(int64_t kc, const A* __restrict a, const A* __restrict b, A* dst,
+                  int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
+  using S = Simd<A>;
+  using V = typename S::V;
+  constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, NV = NR / S::kLanes;
+  V acc[MR][NV];
+#pragma GCC unroll 64
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[i][v] = S::zero();
+  const int64_t head = std::max<int64_t>(kc - kPrefetchCSteps, 0);
+  multiply_steps(head, a, b, acc);
+  for (int i = 0; i < mr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd + NR - 1), _MM_HINT_T0);
+  }
+  multiply_steps(kc - head, a + head * MR, b + head * NR, acc);
+  if (mr == MR && nr == NR)
+    store_tile(acc, dst, ldd, src, lds, alpha, beta);
+  else
+    store_edge_tile(acc, dst, ldd, src, lds, alpha, beta, mr, nr);
 }
 #else
 template <typename A> struct Vec {
@@ -386,7 +691,7 @@ struct Target {
 
 // Computes rows [r0, r1) x columns [c0, c1) of the product of packed A (a_width rows)
 // and packed B (b_width columns) over all of K. r0 and c0 are multiples of MR and NR;
-// t.out / t.c point at element (0, 0). For half types, `scratch` (kMC * (c1 - c0)
+// t.out / t.c point at element (0, 0). For half types, `scratch` (MC * (c1 - c0)
 // floats) accumulates an MC-row stripe in float, rounded once when it is stored.
 template <typename T>
 void compute_region(const Acc<T>* ap, int64_t a_width, const Acc<T>* bp, int64_t b_width,
@@ -395,10 +700,10 @@ void compute_region(const Acc<T>* ap, int64_t a_width, const Acc<T>* bp, int64_t
   using A = Acc<T>;
   constexpr bool kDirect = std::is_same_v<T, A>;
   constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
-  constexpr int64_t MC = Blocking<A>::kMC;
+  const int64_t mc = cache_blocks<A>().mc;
   const int64_t ls = c1 - c0;  // scratch row length
-  for (int64_t ic = r0; ic < r1; ic += MC) {
-    const int64_t ie = std::min(ic + MC, r1);
+  for (int64_t ic = r0; ic < r1; ic += mc) {
+    const int64_t ie = std::min(ic + mc, r1);
     for (int64_t blk = 0; blk < kb.count; ++blk) {
       const int64_t k0 = kb.begin(blk), kc = kb.depth(blk);
       const bool first = blk == 0;
@@ -422,16 +727,9 @@ void compute_region(const Acc<T>* ap, int64_t a_width, const Acc<T>* bp, int64_t
       }
     }
     if constexpr (!kDirect) {
-      for (int64_t i = ic; i < ie; ++i) {
-        const A* s = scratch + (i - ic) * ls;
-        T* o = t.out + i * t.ld;
-        if (t.beta != A(0)) {
-          const T* c = t.c + i * t.ld;
-          for (int64_t j = c0; j < c1; ++j) o[j] = store<T>(s[j - c0] + t.beta * load(c[j]));
-        } else {
-          for (int64_t j = c0; j < c1; ++j) o[j] = store<T>(s[j - c0]);
-        }
-      }
+      for (int64_t i = ic; i < ie; ++i)
+        round_row(t.out + i * t.ld + c0, scratch + (i - ic) * ls,
+                  t.beta != A(0) ? t.c + i * t.ld + c0 : nullptr, t.beta, ls);
     }
   }
 }
