@@ -2,24 +2,24 @@
 // the scaled query block and the output accumulator stay resident while key/value
 // blocks stream past; the Sq x Skv score matrix is never materialised.
 //
-// Layout trick: everything is vectorised along the QUERY axis. The query block is
-// stored transposed, Qt [D][Bq], and the output accumulator too, Ot [D][Bq]. Then
-//   S^T[j][i]  = sum_d K[j][d] * Qt[d][i]      (broadcast K[j][d], vector over i)
-//   Ot[d][i]  += sum_j V[j][d] * P^T[j][i]     (broadcast V[j][d], vector over i)
-// so K and V are read in place (no per-block transpose/packing for float/double),
-// the per-row max/sum of the online softmax are lane-wise (vertical) operations, and
-// the per-row rescale is a lane-wise multiply. Only Q (in) and O (out) are
-// transposed, once per query block.
+// Layouts. The scores of a (key block, query block) tile are kept transposed,
+// S^T [key][query lane], with the query block transposed too, Qt [D][query lane]:
+//   S^T[j][i] = sum_d K[j][d] * Qt[d][i]      (broadcast K[j][d], vectors over i)
+// so the online softmax's per-row max, sums and rescale factors are lane-wise
+// (vertical) vector operations. The output accumulates in row layout, O [query][D]:
+//   O[i][:]  += sum_j P^T[j][i] * V[j][:]     (broadcast P^T[j][i], vectors of V's row)
+// so K and V are read in place (half types: converted to float once, for all query
+// blocks), and only Q is transposed, once per query block.
+//
+// The softmax works in base 2 (simd.h): Qt holds q * scale * log2(e); lse is
+// converted back to base e.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
-#include <new>
 #include <type_traits>
 
 #include "kernels.h"
-#include "oxijax/math.h"
 #include "simd.h"
 
 namespace oxijax::cpu {
@@ -27,172 +27,107 @@ namespace {
 
 using namespace simd;
 
-// ---------------------------------------------------------------------------------
-// Tiling parameters.
-
-constexpr int kMaxIV = kRegs >= 32 ? 4 : 2;  // vectors of query lanes per block
-constexpr int64_t kBk = 128;                 // keys per streamed block
-// Rows of the register tile (keys for S, head-dim entries for P.V) for IV vectors.
-constexpr int tile_rows(int iv) {
-  const int r = (kRegs - 8) / iv;
-  return r > 12 ? 12 : r;
-}
-
-// st[jt][:] = Qt^T . K[jt] for JT keys (st row stride ld, K row stride dim); raises
-// the per-lane block max bmax to cover them.
-template <typename A, int IV, int JT>
-inline void score_tile(const A* __restrict qt, int64_t ld, const A* __restrict kp,
-                       int64_t dim, A* __restrict st, Vec<A>* bmax) {
-  using V = Vec<A>;
-  constexpr int W = kLanes<A>;
-  lanes_product<A, IV, JT>(kp, dim, qt, ld, dim, st);
-  for (int jt = 0; jt < JT; ++jt)
-    for (int iv = 0; iv < IV; ++iv) {
-      const V s = vload<V>(st + jt * ld + iv * W);
-      bmax[iv] = s > bmax[iv] ? s : bmax[iv];
-    }
-}
-
-// ot[dt][:] = ot[dt][:] * factor + sum_j V[j][dt] * pt[j][:] for DT head-dim rows.
-template <typename A, int IV, int DT>
-inline void pv_tile(const A* __restrict pt, int64_t ld, int64_t nk, const A* __restrict vp,
-                    int64_t ldv, A* __restrict ot, const Vec<A>* factor) {
-  using V = Vec<A>;
-  constexpr int W = kLanes<A>;
-  V acc[DT][IV];
-  for (int dt = 0; dt < DT; ++dt)
-    for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vload<V>(ot + dt * ld + iv * W) * factor[iv];
-  for (int64_t j = 0; j < nk; ++j) {
-    V p[IV];
-    for (int iv = 0; iv < IV; ++iv) p[iv] = vload<V>(pt + j * ld + iv * W);
-    for (int dt = 0; dt < DT; ++dt) {
-      const V vv = splat<V>(vp[j * ldv + dt]);
-      for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vfma(p[iv], vv, acc[dt][iv]);
-    }
-  }
-  for (int dt = 0; dt < DT; ++dt)
-    for (int iv = 0; iv < IV; ++iv) vstore(ot + dt * ld + iv * W, acc[dt][iv]);
-}
-
-// Unnormalised weights of one key row of scores, in place; adds them to `sum`.
-// OnlineSoftmax::weight lane-wise: exp(s - max), 0 for masked (-inf) scores. mx is the
-// running max, or 0 where that is still -inf: then every score so far is -inf (weight
-// exp(-inf) = 0) or NaN (stays NaN), as weight() has it.
-template <typename A, int IV>
-inline void weights_row(A* __restrict s, const Vec<A>* mx, Vec<A>* sum) {
-  using V = Vec<A>;
-  constexpr int W = kLanes<A>;
-  for (int iv = 0; iv < IV; ++iv) {
-    const V w = vexp(vload<V>(s + iv * W) - mx[iv]);
-    vstore(s + iv * W, w);
-    sum[iv] += w;
-  }
-}
-
 // Per-task scratch: O(block) memory.
 template <typename A> struct Workspace {
-  static constexpr int64_t kBq = int64_t(kMaxIV) * kLanes<A>;
-  int64_t dim;
-  AlignedBuffer<A> qt, ot, st, kb, vb;
-  Workspace(int64_t d, bool convert)
-      : dim(d), qt(d * kBq), ot(d * kBq), st(kBk * kBq),
-        kb(convert ? kBk * d : 0), vb(convert ? kBk * d : 0) {}
+  int64_t dp;  // the head dim padded to whole vectors: O's and V's row stride
+  AlignedBuffer<A> qt, o, st;
+  AlignedBuffer<A> max, sum, factor;  // online softmax state per query lane, base 2
+  Workspace(int64_t dim, int64_t dp_)
+      : dp(dp_), qt(dim * kQueryBlock), o(kQueryBlock * dp), st(kKeyBlock * kQueryBlock),
+        max(kQueryBlock), sum(kQueryBlock), factor(kQueryBlock) {}
 };
 
-// One (batch*head, query block) task with IV vectors of query lanes.
-template <typename T, int IV>
-void attend_block(const AttentionShape& shape, const T* q, const T* k, const T* v, T* out,
-                  Acc<T>* lse, int64_t i0, int64_t rows, Workspace<Acc<T>>& ws) {
+// One key block of the online softmax, on the first `vecs` vectors of query lanes:
+// turns the scores st (S^T, stride kQueryBlock) into unnormalised weights in place and
+// updates each lane's max and sum; factor receives the rescale factor of the lanes'
+// earlier sums and outputs. OnlineSoftmax's rules (oxijax/math.h) lane-wise: NaN
+// scores do not raise the max but make their weights (and the row) NaN; masked scores
+// (-inf) weigh 0; while a lane's max is still -inf, every score so far is -inf or NaN,
+// and weighs exp2(s - 0).
+template <typename A>
+void softmax_block(A* __restrict st, int64_t nk, int64_t vecs, A* __restrict max,
+                   A* __restrict sum, A* __restrict factor) {
+  using V = Vec<A>;
+  constexpr int W = kLanes<A>;
+  const A ninf = -std::numeric_limits<A>::infinity();
+  for (int64_t v = 0; v < vecs; ++v) {
+    A* col = st + v * W;
+    V block_max = splat<V>(ninf);
+    for (int64_t j = 0; j < nk; ++j) {
+      const V s = vload<V>(col + j * kQueryBlock);
+      block_max = s > block_max ? s : block_max;
+    }
+    const V old_max = vload<V>(max + v * W);
+    const V new_max = block_max > old_max ? block_max : old_max;
+    const V f = new_max == old_max ? splat<V>(A(1)) : vexp2(old_max - new_max);
+    const V m = new_max == splat<V>(ninf) ? V{} : new_max;
+    V block_sum = V{};
+    for (int64_t j = 0; j < nk; ++j) {
+      const V w = vexp2(vload<V>(col + j * kQueryBlock) - m);
+      vstore(col + j * kQueryBlock, w);
+      block_sum += w;
+    }
+    vstore(max + v * W, new_max);
+    vstore(sum + v * W, vload<V>(sum + v * W) * f + block_sum);
+    vstore(factor + v * W, f);
+  }
+}
+
+// One (batch*head, query block) task: rows query rows from i0; k and v in the compute
+// type, rows of stride dim and dp.
+template <typename T>
+void attend_block(const AttentionShape& shape, const T* q, const Acc<T>* k, const Acc<T>* v,
+                  T* out, Acc<T>* lse, int64_t i0, int64_t rows, Workspace<Acc<T>>& ws) {
   using A = Acc<T>;
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
-  constexpr int64_t ld = int64_t(IV) * W;  // lanes in this block (>= rows)
-  const int64_t dim = shape.head_dim;
-  const A scale = A(shape.scale);
+  constexpr int64_t ld = kQueryBlock;
+  const int64_t dim = shape.head_dim, dp = ws.dp;
+  const int64_t vecs = (rows + W - 1) / W;  // query lane vectors in use
+  const A ninf = -std::numeric_limits<A>::infinity();
 
   A* qt = ws.qt.p;
-  A* ot = ws.ot.p;
+  A* o = ws.o.p;
   A* st = ws.st.p;
-  for (int64_t i = 0; i < ld; ++i) {
-    if (i < rows) {
-      const T* qrow = q + (i0 + i) * dim;
-      for (int64_t d = 0; d < dim; ++d) qt[d * ld + i] = scale * load(qrow[d]);
-    } else {
-      for (int64_t d = 0; d < dim; ++d) qt[d * ld + i] = A(0);
-    }
-  }
-  std::fill(ot, ot + dim * ld, A(0));
+  const A qscale = A(shape.scale * kLog2e);
+  for (int64_t i = 0; i < vecs * W; ++i)
+    for (int64_t d = 0; d < dim; ++d)
+      qt[d * ld + i] = i < rows ? qscale * load(q[(i0 + i) * dim + d]) : A(0);
+  std::fill(o, o + rows * dp, A(0));
+  std::fill(ws.max.p, ws.max.p + ld, ninf);
+  std::fill(ws.sum.p, ws.sum.p + ld, A(0));
 
-  OnlineSoftmax<A> os[ld];
   int64_t lim[ld];  // key_end per lane; padded lanes copy the last real row
   for (int64_t i = 0; i < ld; ++i) lim[i] = shape.key_end(i0 + std::min(i, rows - 1));
-  const int64_t kv_full = lim[0];     // keys [0, kv_full) are visible to every row
+  const int64_t kv_full = lim[0];      // keys [0, kv_full) are visible to every row
   const int64_t kv_end = lim[ld - 1];  // no row sees a key at or past kv_end
 
-  constexpr int JT = tile_rows(IV);
-  constexpr int DT = tile_rows(IV);
-  for (int64_t j0 = 0; j0 < kv_end; j0 += kBk) {
-    const int64_t nk = std::min(kBk, kv_end - j0);
-    const A* kp = as_compute(k + j0 * dim, nk * dim, ws.kb.p);
-    const A* vp = as_compute(v + j0 * dim, nk * dim, ws.vb.p);
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kKeyBlock) {
+    const int64_t nk = std::min(kKeyBlock, kv_end - j0);
+    const A* kp = k + j0 * dim;
+    const A* vp = v + j0 * dp;
 
-    // S^T = K_blk . Qt, and the block max per lane.
-    const A ninf = -std::numeric_limits<A>::infinity();
-    V m[IV];
-    for (int iv = 0; iv < IV; ++iv) m[iv] = splat<V>(ninf);
-    int64_t j = 0;
-    for (; j + JT <= nk; j += JT)
-      score_tile<A, IV, JT>(qt, ld, kp + j * dim, dim, st + j * ld, m);
-    if (j < nk)
-      dispatch<JT - 1>(int(nk - j), [&](auto c) {
-        score_tile<A, IV, decltype(c)::value>(qt, ld, kp + j * dim, dim, st + j * ld, m);
-      });
+    product<A, QueryLaneTile, false, false>(nk, vecs, dim, kp, dim, qt, ld, st, ld);  // S^T = K Qt
+    if (j0 + nk > kv_full)  // causal: keys past a row's end get score -inf
+      for (int64_t i = 0; i < vecs * W; ++i)
+        for (int64_t j = std::max<int64_t>(lim[i] - j0, 0); j < nk; ++j) st[j * ld + i] = ninf;
+    softmax_block(st, nk, vecs, ws.max.p, ws.sum.p, ws.factor.p);
 
-    // Causal mask on blocks that cross the diagonal; the max is then taken again.
-    if (j0 + nk > kv_full) {
-      for (int iv = 0; iv < IV; ++iv) m[iv] = splat<V>(ninf);
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        A* srow = st + jj * ld;
-        for (int64_t i = 0; i < ld; ++i)
-          if (j0 + jj >= lim[i]) srow[i] = ninf;
-        for (int iv = 0; iv < IV; ++iv) {
-          const V s = vload<V>(srow + iv * W);
-          m[iv] = s > m[iv] ? s : m[iv];
-        }
-      }
+    for (int64_t i = 0; i < rows; ++i) {  // O *= factor, row by row
+      const A f = ws.factor.p[i];
+      if (f == A(1)) continue;
+      for (A* e = o + i * dp; e < o + (i + 1) * dp; e += W) vstore(e, vload<V>(e) * splat<V>(f));
     }
-
-    // Online softmax per row: rescale by the block max, weights and their sums.
-    A lane[ld], lane_factor[ld], lane_max[ld];
-    for (int iv = 0; iv < IV; ++iv) vstore(lane + iv * W, m[iv]);
-    for (int64_t i = 0; i < ld; ++i) {
-      lane_factor[i] = os[i].rescale(lane[i]);
-      lane_max[i] = os[i].max == ninf ? A(0) : os[i].max;
-    }
-    V factor[IV], mx[IV], sum[IV];
-    for (int iv = 0; iv < IV; ++iv) {
-      factor[iv] = vload<V>(lane_factor + iv * W);
-      mx[iv] = vload<V>(lane_max + iv * W);
-      sum[iv] = V{};
-    }
-    for (int64_t jj = 0; jj < nk; ++jj) weights_row<A, IV>(st + jj * ld, mx, sum);
-    for (int iv = 0; iv < IV; ++iv) vstore(lane + iv * W, sum[iv]);
-    for (int64_t i = 0; i < ld; ++i) os[i].add(lane[i]);
-
-    // Ot = Ot * factor + V_blk^T . P^T
-    int64_t d = 0;
-    for (; d + DT <= dim; d += DT) pv_tile<A, IV, DT>(st, ld, nk, vp + d, dim, ot + d * ld, factor);
-    if (d < dim)
-      dispatch<DT - 1>(int(dim - d), [&](auto c) {
-        pv_tile<A, IV, decltype(c)::value>(st, ld, nk, vp + d, dim, ot + d * ld, factor);
-      });
+    product<A, HeadDimTile, true, true>(rows, dp / W, nk, st, ld, vp, dp, o, dp);  // O += P V
   }
 
   for (int64_t i = 0; i < rows; ++i) {
-    const A norm = os[i].normaliser();
-    lse[i0 + i] = os[i].log_sum_exp();
+    const A s = ws.sum.p[i];
+    const A norm = s == A(0) ? A(0) : A(1) / s;
+    // NaN stays NaN; a row that saw no key (sum 0) gets -inf.
+    lse[i0 + i] = s == A(0) ? ninf : ws.max.p[i] * A(kLn2) + std::log(s);
     T* orow = out + (i0 + i) * dim;
-    for (int64_t d = 0; d < dim; ++d) orow[d] = store<T>(ot[d * ld + i] * norm);
+    for (int64_t d = 0; d < dim; ++d) orow[d] = store<T>(o[i * dp + d] * norm);
   }
 }
 
@@ -206,15 +141,16 @@ void attention(const Parallel& par, const AttentionShape& shape, const T* q, con
   const int64_t bh = shape.batch * shape.heads;
   const int64_t sq = shape.seq_q, skv = shape.seq_kv, dim = shape.head_dim;
   if (bh <= 0 || sq <= 0) return;
+  const int64_t dp = (dim + W - 1) / W * W;
+  Scratch<A> kbuf, vbuf;
+  const A* kc = rows_as<A>(par, k, bh * skv, dim, dim, kbuf);
+  const A* vc = rows_as<A>(par, v, bh * skv, dim, dp, vbuf);
   for_query_blocks(
-      par, bh, sq, Workspace<A>::kBq,
-      [&] { return Workspace<A>(dim, !std::is_same_v<T, A>); },
+      par, bh, sq, kQueryBlock, [&] { return Workspace<A>(dim, dp); },
       [&](int64_t h, int64_t i0, int64_t rows, Workspace<A>& ws) {
-        const int64_t qo = h * sq * dim, ko = h * skv * dim;
-        dispatch<kMaxIV>(int((rows + W - 1) / W), [&](auto c) {
-          attend_block<T, decltype(c)::value>(shape, q + qo, k + ko, v + ko, out + qo,
-                                              lse + h * sq, i0, rows, ws);
-        });
+        const int64_t qo = h * sq * dim;
+        attend_block<T>(shape, q + qo, kc + h * skv * dim, vc + h * skv * dp, out + qo,
+                        lse + h * sq, i0, rows, ws);
       });
 }
 

@@ -3,19 +3,23 @@
 // (key block x query block) tile:
 //   delta = rowsum(dO * O),  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),
 //   dQ = scale * dS K,       dK = scale * dS^T Q.
+// The exponent is taken in base 2 (simd.h): P = exp2(S2 - lse * log2(e)), S2 the
+// scores of the query block pre-scaled by scale * log2(e).
 //
 // Three parallel passes:
 // 1. per (batch*head, query block): delta, and the query block laid out for pass 2 in
-//    the compute type: Q and dO transposed ([D][Bq], the forward's query-lane layout;
-//    Q pre-scaled) and as rows padded to whole vectors ([Bq][Dp]); lse per lane.
+//    the compute type: Q (pre-scaled) and dO transposed ([D][Bq], the forward's
+//    query-lane layout), Q and dO as rows of whole vectors ([Bq][Dp]; the inputs
+//    themselves where they already are), lse and delta per lane.
 // 2. per (batch*head, group of consecutive key blocks): the task owns its keys' dK and
 //    dV rows and walks, key block by key block, the query blocks that can see them
-//    (causal blocks above the diagonal are skipped). S^T and dP^T = V dO^T are
-//    vectorised over query lanes like the forward; dV and dK over the head dim
-//    (broadcast P^T[j][i], vector of dO[i][:]). Each group adds its dQ^T share into a
-//    partial accumulator of its own, in key order (its first key block writes it).
+//    (causal blocks above the diagonal are skipped). S^T = K Qt and dP^T = V dOt are
+//    tiles over (key, query lane) like the forward's scores; dV += P^T dO, dK += dS^T Q
+//    and dQ += dS K are tiles over (row, head dim) with P^T / dS^T broadcast. Each group
+//    adds its dQ share into a partial of its own, in key order (its first chunk of key
+//    blocks writes it).
 // 3. per (batch*head, query block): dQ = scale * the sum of the partials of the groups
-//    that see the block, in group order, transposed back, rounded.
+//    that see the block, in group order, rounded.
 // Deterministic: the groups depend on the shape alone (never on the thread count or on
 // which thread finishes first), so every sum runs in one fixed order and the gradients
 // are bit-identical run to run. Memory is O(S * D) per head, never Sq x Skv.
@@ -23,7 +27,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <type_traits>
 
 #include "kernels.h"
@@ -34,55 +37,7 @@ namespace {
 
 using namespace simd;
 
-constexpr int kMaxIV = kRegs >= 32 ? 4 : 2;  // vectors of query lanes per query block
-constexpr int64_t kBk = 128;                 // keys per key block
-constexpr int kRowVecs = kRegs >= 32 ? 4 : 2;   // head-dim vectors per register tile
-constexpr int kRowRows = 6;                     // register tile rows in head-dim kernels
-
-template <typename A> constexpr int64_t kBq = int64_t(kMaxIV) * kLanes<A>;
-
-// c[jt][dv] += sum_{i < n} at[jt][i] * b[i][dv] for JT rows and DV head-dim vectors
-// (dV += P^T dO, dK += dS^T Q): broadcast at's lane values, vectors along the head dim.
-template <typename A, int JT, int DV>
-inline void rows_accumulate(const A* __restrict at, int64_t ld, int64_t n,
-                            const A* __restrict b, int64_t ldb, A* __restrict c, int64_t ldc) {
-  using V = Vec<A>;
-  constexpr int W = kLanes<A>;
-  V acc[JT][DV];
-  for (int jt = 0; jt < JT; ++jt)
-    for (int dv = 0; dv < DV; ++dv) acc[jt][dv] = vload<V>(c + jt * ldc + dv * W);
-  for (int64_t i = 0; i < n; ++i) {
-    V bv[DV];
-    for (int dv = 0; dv < DV; ++dv) bv[dv] = vload<V>(b + i * ldb + dv * W);
-    for (int jt = 0; jt < JT; ++jt) {
-      const V a = splat<V>(at[jt * ld + i]);
-      for (int dv = 0; dv < DV; ++dv) acc[jt][dv] = vfma(bv[dv], a, acc[jt][dv]);
-    }
-  }
-  for (int jt = 0; jt < JT; ++jt)
-    for (int dv = 0; dv < DV; ++dv) vstore(c + jt * ldc + dv * W, acc[jt][dv]);
-}
-
-// c[nk][dp] += at[nk][:n] . b[n][dp], dp a whole number of vectors.
-template <typename A>
-void rows_accumulate_all(const A* at, int64_t ld, int64_t nk, int64_t n, const A* b,
-                         int64_t dp, A* c) {
-  constexpr int W = kLanes<A>;
-  for (int64_t d = 0; d < dp; d += int64_t(kRowVecs) * W) {
-    const int dv = int(std::min<int64_t>(kRowVecs, (dp - d) / W));
-    dispatch<kRowVecs>(dv, [&](auto v) {
-      constexpr int DV = decltype(v)::value;
-      int64_t j = 0;
-      for (; j + kRowRows <= nk; j += kRowRows)
-        rows_accumulate<A, kRowRows, DV>(at + j * ld, ld, n, b + d, dp, c + j * dp + d, dp);
-      if (j < nk)
-        dispatch<kRowRows - 1>(int(nk - j), [&](auto r) {
-          rows_accumulate<A, decltype(r)::value, DV>(at + j * ld, ld, n, b + d, dp,
-                                                     c + j * dp + d, dp);
-        });
-    });
-  }
-}
+constexpr int64_t kBq = kQueryBlock;
 
 // Pass 2's tasks: about kTasks (batch*head, key group) pairs, whatever the thread count.
 // Each group has a dQ partial of Sq x D; the groups shrink in number (to no fewer than
@@ -100,27 +55,40 @@ inline int64_t key_groups(int64_t bh, int64_t nkb, int64_t dq_elements) {
 // Pass 1's per-query-block layout, shared read-only by the tasks of pass 2, and the dQ
 // partials of the key groups, each written by one task only.
 template <typename A> struct Prepared {
-  int64_t nqb, dim, dp;                    // query blocks, head dim, padded head dim
+  int64_t sq, nqb, dim, dp;                // query rows and blocks, head dim, padded
   int64_t group_blocks, groups;            // key blocks per group, key groups
-  std::unique_ptr<A[]> qt, dot;            // [bh][nqb][dim][Bq], qt scaled
-  std::unique_ptr<A[]> qr, dor;            // [bh][nqb * Bq][dp]
-  std::unique_ptr<A[]> lse, delta;         // [bh][nqb][Bq]; lse +inf where no key is seen
-  std::unique_ptr<A[]> dqt;                // [bh][groups][nqb][dim][Bq]
-  Prepared(int64_t bh, int64_t nqb_, int64_t dim_, int64_t nkb)
-      : nqb(nqb_), dim(dim_),
+  // Q and dO as rows of the compute type with stride dp: the inputs themselves (q_in,
+  // dout_in) where they already are, else copies (qr, dor: [bh][nqb * Bq][dp]).
+  const A *q_in, *dout_in;
+  Scratch<A> qr, dor;
+  Scratch<A> qt, dot;                      // [bh][nqb][dim][Bq], qt scaled
+  Scratch<A> lse, delta;                   // [bh][nqb][Bq]; lse in base 2, +inf where
+                                           // no key is seen
+  Scratch<A> dq;                           // [bh][groups][nqb * Bq][dp]
+  // q_in_, dout_in_: q and dout where they are rows of A, else null.
+  Prepared(int64_t bh, int64_t sq_, int64_t dim_, int64_t nkb, const A* q_in_,
+           const A* dout_in_)
+      : sq(sq_), nqb(ceil_div(sq_, kBq)), dim(dim_),
         dp((dim_ + kLanes<A> - 1) / kLanes<A> * kLanes<A>),
-        group_blocks(ceil_div(nkb, key_groups(bh, nkb, bh * nqb_ * kBq<A> * dim_))),
+        group_blocks(ceil_div(nkb, key_groups(bh, nkb, bh * nqb * kBq * dim_))),
         groups(ceil_div(nkb, group_blocks)),  // none left empty
-        qt(new A[bh * nqb * dim * kBq<A>]), dot(new A[bh * nqb * dim * kBq<A>]),
-        qr(new A[bh * nqb * kBq<A> * dp]), dor(new A[bh * nqb * kBq<A> * dp]),
-        lse(new A[bh * nqb * kBq<A>]), delta(new A[bh * nqb * kBq<A>]),
-        dqt(new A[bh * groups * nqb * dim * kBq<A>]) {}
+        q_in(dp == dim ? q_in_ : nullptr), dout_in(dp == dim ? dout_in_ : nullptr),
+        qt(bh * nqb * dim * kBq), dot(bh * nqb * dim * kBq), lse(bh * nqb * kBq),
+        delta(bh * nqb * kBq), dq(bh * groups * nqb * kBq * dp) {
+    if (!q_in) qr.reset(bh * nqb * kBq * dp);
+    if (!dout_in) dor.reset(bh * nqb * kBq * dp);
+  }
   int64_t block(int64_t h, int64_t qb) const { return h * nqb + qb; }
+  // Query block qb's Q and dO rows (stride dp).
+  const A* q_rows(int64_t h, int64_t qb) const { return rows(q_in, qr, h, qb); }
+  const A* dout_rows(int64_t h, int64_t qb) const { return rows(dout_in, dor, h, qb); }
+  A* q_copy(int64_t h, int64_t qb) const { return qr.get() + block(h, qb) * kBq * dp; }
+  A* dout_copy(int64_t h, int64_t qb) const { return dor.get() + block(h, qb) * kBq * dp; }
   // The first query block that key block kb's keys are visible to (causal: query i sees
   // key j0 iff i >= j0 - (Skv - Sq)); the later ones all see them.
   static int64_t first_query_block(const AttentionShape& shape, int64_t kb) {
-    const int64_t j0 = kb * kBk;
-    return (shape.causal ? std::max<int64_t>(0, j0 - (shape.seq_kv - shape.seq_q)) : 0) / kBq<A>;
+    const int64_t j0 = kb * kKeyBlock;
+    return (shape.causal ? std::max<int64_t>(0, j0 - (shape.seq_kv - shape.seq_q)) : 0) / kBq;
   }
   // Groups [0, n) write a partial of query block qb: their first key block sees it.
   int64_t groups_seeing(const AttentionShape& shape, int64_t qb) const {
@@ -128,9 +96,14 @@ template <typename A> struct Prepared {
     while (n < groups && first_query_block(shape, n * group_blocks) <= qb) ++n;
     return n;
   }
-  // Group g's dQ^T partial of query block qb of head h.
+  // Group g's dQ partial of query block qb of head h.
   A* partial(int64_t h, int64_t g, int64_t qb) const {
-    return dqt.get() + ((h * groups + g) * nqb + qb) * dim * kBq<A>;
+    return dq.get() + ((h * groups + g) * nqb + qb) * kBq * dp;
+  }
+
+ private:
+  const A* rows(const A* in, const Scratch<A>& copy, int64_t h, int64_t qb) const {
+    return in ? in + (h * sq + qb * kBq) * dim : copy.get() + block(h, qb) * kBq * dp;
   }
 };
 
@@ -138,121 +111,144 @@ template <typename T>
 void prepare_block(const AttentionShape& shape, const T* q, const T* out, const Acc<T>* lse,
                    const T* dout, int64_t h, int64_t qb, Prepared<Acc<T>>& pre) {
   using A = Acc<T>;
-  constexpr int64_t ld = kBq<A>;
+  constexpr int64_t ld = kBq;
   const int64_t dim = shape.head_dim, dp = pre.dp, sq = shape.seq_q;
   const int64_t i0 = qb * ld, rows = std::min(ld, sq - i0), blk = pre.block(h, qb);
-  const A scale = A(shape.scale);
+  const A qscale = A(shape.scale * kLog2e);
+  const A inf = std::numeric_limits<A>::infinity();
   A* qt = pre.qt.get() + blk * dim * ld;
   A* dot = pre.dot.get() + blk * dim * ld;
-  A* qr = pre.qr.get() + blk * ld * dp;
-  A* dor = pre.dor.get() + blk * ld * dp;
   A* lanes_lse = pre.lse.get() + blk * ld;
   A* lanes_delta = pre.delta.get() + blk * ld;
   const int64_t base = h * sq + i0;
   for (int64_t i = 0; i < ld; ++i) {
     A delta = A(0);
-    for (int64_t d = 0; d < dp; ++d) {
-      const bool in = i < rows && d < dim;
+    for (int64_t d = 0; d < dim; ++d) {
+      const bool in = i < rows;
       const A qv = in ? load(q[(base + i) * dim + d]) : A(0);
       const A gv = in ? load(dout[(base + i) * dim + d]) : A(0);
       if (in) delta += gv * load(out[(base + i) * dim + d]);
-      qr[i * dp + d] = qv;
-      dor[i * dp + d] = gv;
-      if (d < dim) {
-        qt[d * ld + i] = scale * qv;
-        dot[d * ld + i] = gv;
-      }
+      qt[d * ld + i] = qscale * qv;
+      dot[d * ld + i] = gv;
     }
     // A row that sees no key (lse = -inf), or a padding lane, gets +inf: its weights
-    // exp(s - inf) are 0 instead of exp(+inf).
-    const A l = i < rows ? lse[base + i] : -std::numeric_limits<A>::infinity();
-    lanes_lse[i] = l == -std::numeric_limits<A>::infinity() ? std::numeric_limits<A>::infinity() : l;
+    // exp2(s - inf) are 0 instead of exp2(+inf).
+    const A l = i < rows ? lse[base + i] : -inf;
+    lanes_lse[i] = l == -inf ? inf : l * A(kLog2e);
     lanes_delta[i] = delta;
   }
+  if (!pre.q_in) rows_as<A>(q + base * dim, rows, dim, dp, pre.q_copy(h, qb));
+  if (!pre.dout_in) rows_as<A>(dout + base * dim, rows, dim, dp, pre.dout_copy(h, qb));
 }
+
+// Key blocks a task keeps resident at once: their K, V, dK and dV rows (4 x 24 KB each
+// with D = 64, in L2) meet each query block back to back, so that the block's Q, dO and
+// dQ tiles are fetched once per chunk and the chunk's dQ shares add up in a hot tile
+// before they reach the group's partial.
+constexpr int64_t kChunkBlocks = 2;
+constexpr int64_t kChunkRows = kChunkBlocks * kKeyBlock;
 
 // Per-task scratch.
 template <typename A> struct Workspace {
-  AlignedBuffer<A> st, dpt, dk, dv, kb, vb;
+  AlignedBuffer<A> st, dst, dq;  // one pair's S^T and dS^T, a chunk's dQ share [Bq][dp]
+  AlignedBuffer<A> k, v, dk, dv;  // a chunk's K (stride dp), V (stride dim), dK, dV rows
   Workspace(int64_t dim, int64_t dp, bool convert)
-      : st(kBk * kBq<A>), dpt(kBk * kBq<A>), dk(kBk * dp), dv(kBk * dp),
-        kb(convert ? kBk * dim : 0), vb(convert ? kBk * dim : 0) {}
+      : st(kKeyBlock * kBq), dst(kKeyBlock * kBq), dq(kBq * dp),
+        k(convert || dp != dim ? kChunkRows * dp : 0), v(convert ? kChunkRows * dim : 0),
+        dk(kChunkRows * dp), dv(kChunkRows * dp) {}
 };
 
-// One (key block, query block) pair with IV vectors of query lanes: accumulates the key
-// block's dK, dV (ws.dk, ws.dv, unscaled dK) and adds its dQ^T share to dqt (writes it
-// when `first`).
-template <typename A, int IV>
-void pair(const AttentionShape& shape, const A* kp, const A* vp, int64_t j0, int64_t nk,
-          int64_t h, int64_t qb, const Prepared<A>& pre, A* dqt, bool first, Workspace<A>& ws) {
+// One key block's operands: K rows (stride dp), V rows (stride dim), first key j0, and
+// its dK, dV accumulators (stride dp; dK unscaled).
+template <typename A> struct KeyBlock {
+  const A *k, *v;
+  int64_t j0, nk;
+  A *dk, *dv;
+};
+
+// One (key block, query block) pair: accumulates the key block's dK, dV and adds its
+// dQ share to dq (writes it when `first`).
+template <typename A>
+void pair(const AttentionShape& shape, const KeyBlock<A>& kb, int64_t h, int64_t qb,
+          const Prepared<A>& pre, A* dq, bool first, Workspace<A>& ws) {
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
-  constexpr int64_t ld = kBq<A>;
-  const int64_t dim = pre.dim, dp = pre.dp;
+  constexpr int64_t ld = kBq;
+  const int64_t dim = pre.dim, dp = pre.dp, nk = kb.nk;
   const int64_t i0 = qb * ld, rows = std::min(ld, shape.seq_q - i0), blk = pre.block(h, qb);
+  const int64_t vecs = (rows + W - 1) / W;  // query lane vectors in use
   const A* qt = pre.qt.get() + blk * dim * ld;
   const A* dot = pre.dot.get() + blk * dim * ld;
   A* st = ws.st.p;
-  A* dpt = ws.dpt.p;
+  A* dst = ws.dst.p;
 
-  lanes_product_all<A, IV>(kp, dim, nk, qt, ld, dim, st);   // S^T = K Qt (scaled)
-  lanes_product_all<A, IV>(vp, dim, nk, dot, ld, dim, dpt);  // dP^T = V dO^T
+  // S^T = K Qt, dP^T = V dOt
+  product<A, QueryLaneTile, false, false>(nk, vecs, dim, kb.k, dp, qt, ld, st, ld);
+  product<A, QueryLaneTile, false, false>(nk, vecs, dim, kb.v, dim, dot, ld, dst, ld);
 
   // Causal: keys past a row's key_end get score -inf, on blocks that cross the diagonal.
-  if (j0 + nk > shape.key_end(i0)) {
+  if (kb.j0 + nk > shape.key_end(i0)) {
     const A ninf = -std::numeric_limits<A>::infinity();
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t jj = std::max<int64_t>(shape.key_end(i0 + i) - j0, 0); jj < nk; ++jj)
-        st[jj * ld + i] = ninf;
+      for (int64_t j = std::max<int64_t>(shape.key_end(i0 + i) - kb.j0, 0); j < nk; ++j)
+        st[j * ld + i] = ninf;
   }
-  // P = exp(S - lse), dS = P * (dP - delta), in place.
-  V lse[IV], delta[IV];
-  for (int iv = 0; iv < IV; ++iv) {
-    lse[iv] = vload<V>(pre.lse.get() + blk * ld + iv * W);
-    delta[iv] = vload<V>(pre.delta.get() + blk * ld + iv * W);
-  }
-  for (int64_t jj = 0; jj < nk; ++jj)
-    for (int iv = 0; iv < IV; ++iv) {
-      const V p = vexp(vload<V>(st + jj * ld + iv * W) - lse[iv]);
-      vstore(st + jj * ld + iv * W, p);
-      vstore(dpt + jj * ld + iv * W, p * (vload<V>(dpt + jj * ld + iv * W) - delta[iv]));
+  // P = exp2(S - lse), dS = P * (dP - delta), in place, row by row (contiguous).
+  const A* lse = pre.lse.get() + blk * ld;
+  const A* delta = pre.delta.get() + blk * ld;
+  for (int64_t j = 0; j < nk; ++j)
+    for (int64_t e = 0; e < vecs * W; e += W) {
+      A* s = st + j * ld + e;
+      A* ds = dst + j * ld + e;
+      const V p = vexp2(vload<V>(s) - vload<V>(lse + e));
+      vstore(s, p);
+      vstore(ds, p * (vload<V>(ds) - vload<V>(delta + e)));
     }
 
-  rows_accumulate_all<A>(st, ld, nk, rows, pre.dor.get() + blk * ld * dp, dp, ws.dv.p);
-  rows_accumulate_all<A>(dpt, ld, nk, rows, pre.qr.get() + blk * ld * dp, dp, ws.dk.p);
-
-  if (first)  // dQ^T (+)= K^T dS^T
-    lanes_accumulate_all<A, IV, false>(dpt, ld, nk, kp, dim, dim, dqt);
+  const A* qr = pre.q_rows(h, qb);
+  const A* dor = pre.dout_rows(h, qb);
+  // dV += P^T dO, dK += dS^T Q
+  product<A, HeadDimTile, true, false>(nk, dp / W, rows, st, ld, dor, dp, kb.dv, dp);
+  product<A, HeadDimTile, true, false>(nk, dp / W, rows, dst, ld, qr, dp, kb.dk, dp);
+  if (first)  // dQ (+)= dS K
+    product<A, HeadDimTile, false, true>(rows, dp / W, nk, dst, ld, kb.k, dp, dq, dp);
   else
-    lanes_accumulate_all<A, IV>(dpt, ld, nk, kp, dim, dim, dqt);
+    product<A, HeadDimTile, true, true>(rows, dp / W, nk, dst, ld, kb.k, dp, dq, dp);
 }
 
-// One key block of head h: dK and dV of its keys; its dQ^T shares go to group g's partial.
+// Key blocks [kb0, kb1) of head h (within group g): dK and dV of their keys; their dQ
+// shares go to group g's partials, which the group's first chunk writes.
 template <typename T>
-void key_block(const AttentionShape& shape, const T* k, const T* v, T* dk, T* dv, int64_t h,
-               int64_t g, int64_t kb, const Prepared<Acc<T>>& pre, Workspace<Acc<T>>& ws) {
+void key_chunk(const AttentionShape& shape, const T* k, const T* v, T* dk, T* dv, int64_t h,
+               int64_t g, int64_t kb0, int64_t kb1, const Prepared<Acc<T>>& pre,
+               Workspace<Acc<T>>& ws) {
   using A = Acc<T>;
-  constexpr int W = kLanes<A>;
-  constexpr int64_t ld = kBq<A>;
   const int64_t dim = shape.head_dim, dp = pre.dp, skv = shape.seq_kv;
-  const int64_t j0 = kb * kBk, nk = std::min(kBk, skv - j0);
+  const int64_t j0 = kb0 * kKeyBlock, nrows = std::min(kb1 * kKeyBlock, skv) - j0;
   const int64_t ko = (h * skv + j0) * dim;
-  const A* kp = as_compute(k + ko, nk * dim, ws.kb.p);
-  const A* vp = as_compute(v + ko, nk * dim, ws.vb.p);
-  std::fill(ws.dk.p, ws.dk.p + nk * dp, A(0));
-  std::fill(ws.dv.p, ws.dv.p + nk * dp, A(0));
-  // Causal: query blocks before the first that sees these keys are skipped. The group's
-  // first key block sees every query block its later ones do, so it writes the partials.
-  const bool first = kb == g * pre.group_blocks;
-  for (int64_t qb = pre.first_query_block(shape, kb); qb < pre.nqb; ++qb) {
-    const int64_t rows = std::min(ld, shape.seq_q - qb * ld);
-    dispatch<kMaxIV>(int((rows + W - 1) / W), [&](auto c) {
-      pair<A, decltype(c)::value>(shape, kp, vp, j0, nk, h, qb, pre, pre.partial(h, g, qb),
-                                  first, ws);
-    });
+  const A* kp = rows_as<A>(k + ko, nrows, dim, dp, ws.k.p);
+  const A* vp = rows_as<A>(v + ko, nrows, dim, dim, ws.v.p);
+  std::fill(ws.dk.p, ws.dk.p + nrows * dp, A(0));
+  std::fill(ws.dv.p, ws.dv.p + nrows * dp, A(0));
+  const bool first_chunk = kb0 == g * pre.group_blocks;
+  // Causal: query blocks before the first that sees a key block's keys skip it. Those
+  // seeing a later key block see the earlier ones too (kb0 sees every query block).
+  for (int64_t qb = pre.first_query_block(shape, kb0); qb < pre.nqb; ++qb) {
+    for (int64_t kb = kb0; kb < kb1 && pre.first_query_block(shape, kb) <= qb; ++kb) {
+      const int64_t r = (kb - kb0) * kKeyBlock;
+      const KeyBlock<A> keys{kp + r * dp, vp + r * dim, j0 + r, std::min(kKeyBlock, nrows - r),
+                             ws.dk.p + r * dp, ws.dv.p + r * dp};
+      pair(shape, keys, h, qb, pre, ws.dq.p, kb == kb0, ws);
+    }
+    const int64_t n = std::min(kBq, shape.seq_q - qb * kBq) * dp;  // real rows only
+    A* partial = pre.partial(h, g, qb);
+    if (first_chunk)
+      std::copy(ws.dq.p, ws.dq.p + n, partial);
+    else
+      for (int64_t e = 0; e < n; ++e) partial[e] += ws.dq.p[e];
   }
   const A scale = A(shape.scale);
-  for (int64_t j = 0; j < nk; ++j)
+  for (int64_t j = 0; j < nrows; ++j)
     for (int64_t d = 0; d < dim; ++d) {
       dk[ko + j * dim + d] = store<T>(scale * ws.dk.p[j * dp + d]);
       dv[ko + j * dim + d] = store<T>(ws.dv.p[j * dp + d]);
@@ -266,7 +262,7 @@ void attention_backward(const Parallel& par, const AttentionShape& shape, const 
                         const T* k, const T* v, const T* out, const Acc<T>* lse,
                         const T* dout, T* dq, T* dk, T* dv) {
   using A = Acc<T>;
-  constexpr int64_t ld = kBq<A>;
+  constexpr int64_t ld = kBq;
   const int64_t bh = shape.batch * shape.heads;
   const int64_t sq = shape.seq_q, skv = shape.seq_kv, dim = shape.head_dim;
   if (bh <= 0 || sq <= 0 || skv <= 0 || dim <= 0) {  // nothing attends: zero gradients
@@ -275,8 +271,11 @@ void attention_backward(const Parallel& par, const AttentionShape& shape, const 
     std::fill(dv, dv + bh * skv * dim, store<T>(A(0)));
     return;
   }
-  const int64_t nqb = (sq + ld - 1) / ld, nkb = (skv + kBk - 1) / kBk;
-  Prepared<A> pre(bh, nqb, dim, nkb);
+  const int64_t nkb = ceil_div(skv, kKeyBlock);
+  const A *q_in = nullptr, *dout_in = nullptr;
+  if constexpr (std::is_same_v<T, A>) q_in = q, dout_in = dout;
+  Prepared<A> pre(bh, sq, dim, nkb, q_in, dout_in);
+  const int64_t nqb = pre.nqb;
 
   par.for_range(bh * nqb, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
@@ -292,27 +291,27 @@ void attention_backward(const Parallel& par, const AttentionShape& shape, const 
       // interleave cheap and expensive ones as the forward does.
       const int64_t g = (r % 2 == 0) ? r / 2 : groups - 1 - r / 2;
       const int64_t kb_end = std::min(nkb, (g + 1) * pre.group_blocks);
-      for (int64_t kb = g * pre.group_blocks; kb < kb_end; ++kb)
-        key_block(shape, k, v, dk, dv, h, g, kb, pre, ws);
+      for (int64_t kb = g * pre.group_blocks; kb < kb_end; kb += kChunkBlocks)
+        key_chunk(shape, k, v, dk, dv, h, g, kb, std::min(kb + kChunkBlocks, kb_end), pre, ws);
     }
   });
 
   const A scale = A(shape.scale);
+  const int64_t dp = pre.dp;
   par.for_range(bh * nqb, 1, [&](int64_t t0, int64_t t1) {
-    AlignedBuffer<A> sum(dim * ld);
+    AlignedBuffer<A> sum(ld * dp);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t h = t / nqb, qb = t % nqb, i0 = qb * ld, rows = std::min(ld, sq - i0);
-      // Lanes past `rows` of a partial are never written: only real rows are summed.
-      const int64_t seen = pre.groups_seeing(shape, qb);
-      for (int64_t d = 0; d < dim; ++d) std::fill_n(sum.p + d * ld, rows, A(0));
+      // Rows past `rows` of a partial are never written: only real rows are summed.
+      const int64_t seen = pre.groups_seeing(shape, qb), n = rows * dp;
+      std::fill(sum.p, sum.p + n, A(0));  // causal: no group may see the block
       for (int64_t g = 0; g < seen; ++g) {
         const A* partial = pre.partial(h, g, qb);
-        for (int64_t d = 0; d < dim; ++d)
-          for (int64_t i = 0; i < rows; ++i) sum.p[d * ld + i] += partial[d * ld + i];
+        for (int64_t e = 0; e < n; ++e) sum.p[e] += partial[e];
       }
       T* rowp = dq + (h * sq + i0) * dim;
       for (int64_t i = 0; i < rows; ++i)
-        for (int64_t d = 0; d < dim; ++d) rowp[i * dim + d] = store<T>(scale * sum.p[d * ld + i]);
+        for (int64_t d = 0; d < dim; ++d) rowp[i * dim + d] = store<T>(scale * sum.p[i * dp + d]);
     }
   });
 }

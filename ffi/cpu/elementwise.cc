@@ -1,25 +1,37 @@
 // Elementwise kernels: unary ops over a contiguous array and binary ops with
-// broadcasting. The op is chosen once, outside the loops; every loop body calls the
-// functors of oxijax/math.h, so the math is the one shared with the CUDA kernels.
+// broadcasting. The op is chosen once, outside the loops.
+//
+// Types that compute in float (float, float16, bfloat16) run whole SIMD vectors: the
+// operands are widened in registers (half_convert.h), the op is the lane-wise functor of
+// vector_math.h (the math of oxijax/math.h, with vectorised exp / log / tanh), and the
+// result is rounded once on store. float64, strided operands and the backward functors
+// call the scalar functors of oxijax/math.h, the math shared with the CUDA kernels.
 //
 // Binary shapes are first simplified: dims of size 1 are dropped and adjacent dims
 // merged where both operands' strides allow it, so the common cases (same shape,
-// scalar operand, row / column broadcast) become one or two dims with a tight,
-// vectorisable inner loop whose operand strides (0 or 1) are compile-time constants.
+// scalar operand, row / column broadcast) become one or two dims with a tight inner
+// loop whose operand strides (0 or 1) are compile-time constants.
+//
+// Parallel chunks end on page boundaries of the output: a large output is usually a
+// fresh allocation, and first touching its pages (page faults) costs more than the
+// math; this way no page is faulted in by two threads.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "half_convert.h"
 #include "kernels.h"
 #include "oxijax/math.h"
+#include "vector_math.h"
 
 // glibc's libmvec has SIMD versions of exp, log and tanh (1-4 ulp, like the scalar
 // ones give or take an ulp); glibc's <math.h> announces them only under -ffast-math.
-// Announcing them here lets GCC vectorise the loops around Unary<EXP/LOG/TANH/SIGMOID>
-// without touching the functors: without this, those loops make one scalar libm call
-// per element and run 4-10x slower. Needs glibc >= 2.35 (SIMD tanh) and libmvec at
-// link time (g++ links libm, whose linker script pulls libmvec in as needed).
-// Define OXIJAX_NO_LIBMVEC to build without it.
+// Announcing them here lets GCC vectorise the scalar loops that call them (float64, and
+// the backward functors UnaryGrad<EXP/TANH/SIGMOID>): without this, those loops make
+// one scalar libm call per element and run 4-10x slower. Needs glibc >= 2.35 (SIMD tanh)
+// and libmvec at link time (g++ links libm, whose linker script pulls libmvec in as
+// needed). Define OXIJAX_NO_LIBMVEC to build without it.
 #if !defined(OXIJAX_NO_LIBMVEC) && defined(__GNUC__) && !defined(__clang__) && \
     defined(__x86_64__) && defined(__GLIBC__) && defined(__GLIBC_PREREQ)
 #if __GLIBC_PREREQ(2, 35)
@@ -41,6 +53,34 @@ namespace {
 
 // Elements per parallel chunk at least: smaller arrays run on the calling thread.
 constexpr int64_t kGrain = int64_t{1} << 16;
+// The granule of first-touch page faults (the smallest page size of x86-64 and aarch64).
+constexpr int64_t kPageBytes = 4096;
+
+// Calls body(begin, end) over [0, n) on par, in chunks of at least kGrain elements
+// that end on page boundaries of out.
+template <typename T, typename Body>
+void for_output_pages(const Parallel& par, const T* out, int64_t n, const Body& body) {
+  constexpr int64_t kPage = kPageBytes / sizeof(T);
+  const auto address = reinterpret_cast<uintptr_t>(out);
+  const int64_t head = static_cast<int64_t>((kPageBytes - address % kPageBytes) % kPageBytes) /
+                       static_cast<int64_t>(sizeof(T));  // elements before the first boundary
+  if (head >= n) return body(0, n);
+  const int64_t pages = (n - head + kPage - 1) / kPage;
+  par.for_range(pages, kGrain / kPage, [&](int64_t p0, int64_t p1) {
+    body(p0 == 0 ? 0 : head + p0 * kPage, std::min(n, head + p1 * kPage));
+  });
+}
+
+// The lane-wise functor of vector_math.h for a functor of oxijax/math.h (void: none),
+// used when T computes in float.
+template <typename F> struct LaneOp { using type = void; };
+template <UnaryOp op> struct LaneOp<Unary<op>> { using type = vmath::VecUnary<op>; };
+template <BinaryOp op> struct LaneOp<Binary<op>> { using type = vmath::VecBinary<op>; };
+template <typename T, typename F>
+constexpr bool kHasLanes = std::is_same_v<Acc<T>, float> && !std::is_void_v<typename LaneOp<F>::type>;
+
+// Elements per step of the vector loops: a pair of vectors.
+constexpr int kStep = 2 * vmath::kLanes;
 
 // ---------------------------------------------------------------- unary
 
@@ -50,14 +90,67 @@ void unary_span(const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = store<T>(f(load(x[i])));
 }
 
+// unary_span on pairs of vectors (half_convert.h's unit); the last partial pair goes
+// through zero-padded copies.
+template <typename T, typename V>
+void unary_lanes(const T* x, T* y, int64_t n) {
+  const V f;
+  const auto apply = [&f](const T* in, T* out) {
+    const vmath::VecF2 v = vmath::load_pair(in);
+    vmath::store_pair(out, {f(v.lo), f(v.hi)});
+  };
+  int64_t i = 0;
+  for (; i + kStep <= n; i += kStep) apply(x + i, y + i);
+  if (i < n) {
+    T in[kStep] = {}, out[kStep];
+    std::copy(x + i, x + n, in);
+    apply(in, out);
+    std::copy(out, out + (n - i), y + i);
+  }
+}
+
 template <typename T, UnaryOp op>
 void unary_op(const Parallel& par, const T* x, T* y, int64_t n) {
-  par.for_range(n, kGrain, [&](int64_t begin, int64_t end) {
-    unary_span<T, Unary<op>>(x + begin, y + begin, end - begin);
+  using F = Unary<op>;
+  for_output_pages(par, y, n, [&](int64_t begin, int64_t end) {
+    if constexpr (kHasLanes<T, F>)
+      unary_lanes<T, typename LaneOp<F>::type>(x + begin, y + begin, end - begin);
+    else
+      unary_span<T, F>(x + begin, y + begin, end - begin);
   });
 }
 
 // ---------------------------------------------------------------- binary
+
+// Elements i .. i + kStep of an operand of stride S (0 or 1) as floats; `first` is its
+// element 0.
+template <int S, typename T>
+vmath::VecF2 operand_pair(const T* p, int64_t i, vmath::VecF first) {
+  if constexpr (S == 1) return vmath::load_pair(p + i);
+  else return {first, first};
+}
+
+// out[i] = f(a[i * SA], b[i * SB]) on pairs of vectors, SA, SB in {0, 1}, not both 0;
+// the last partial pair goes through zero-padded copies.
+template <typename T, typename V, int SA, int SB>
+void binary_lanes(const T* a, const T* b, T* out, int64_t n) {
+  const V f;
+  const vmath::VecF a0 = simd::splat<vmath::VecF>(load(a[0]));
+  const vmath::VecF b0 = simd::splat<vmath::VecF>(load(b[0]));
+  const auto apply = [&](const T* ap, const T* bp, int64_t i, T* dst) {
+    const vmath::VecF2 av = operand_pair<SA>(ap, i, a0), bv = operand_pair<SB>(bp, i, b0);
+    vmath::store_pair(dst, {f(av.lo, bv.lo), f(av.hi, bv.hi)});
+  };
+  int64_t i = 0;
+  for (; i + kStep <= n; i += kStep) apply(a, b, i, out + i);
+  if (i < n) {
+    T a_rest[kStep] = {}, b_rest[kStep] = {}, rest[kStep];
+    if constexpr (SA == 1) std::copy(a + i, a + n, a_rest);
+    if constexpr (SB == 1) std::copy(b + i, b + n, b_rest);
+    apply(a_rest, b_rest, 0, rest);
+    std::copy(rest, rest + (n - i), out + i);
+  }
+}
 
 // out[i] = f(a[i * SA], b[i * SB]) for i < n, with SA, SB in {0, 1}; -1 means the
 // stride is a runtime value.
@@ -65,7 +158,9 @@ template <typename T, typename F, int SA, int SB>
 struct BinarySpan {
   static void run(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
     const F f;
-    if constexpr (SA == 1 && SB == 1) {
+    if constexpr (kHasLanes<T, F> && SA >= 0 && SB >= 0 && SA + SB > 0) {
+      binary_lanes<T, typename LaneOp<F>::type, SA, SB>(a, b, out, n);
+    } else if constexpr (SA == 1 && SB == 1) {
       for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i]), load(b[i])));
     } else if constexpr (SA == 0 && SB == 1) {
       const auto av = load(a[0]);
@@ -165,7 +260,7 @@ void binary_with(const Parallel& par, const BroadcastShape& shape, const T* a, c
   const int64_t isa = s.sa[rank - 1], isb = s.sb[rank - 1];
   const auto span = pick_span<T, F>(isa, isb);
   if (rank == 1) {
-    par.for_range(inner, kGrain, [&](int64_t begin, int64_t end) {
+    for_output_pages(par, out, inner, [&](int64_t begin, int64_t end) {
       span(a + begin * isa, isa, b + begin * isb, isb, out + begin, end - begin);
     });
     return;
@@ -187,7 +282,7 @@ void binary_with(const Parallel& par, const BroadcastShape& shape, const T* a, c
   const int outer_rank = use_narrow ? rank - 2 : rank - 1;
   const int64_t block = use_narrow ? inner * narrow.rows : inner;
   // Flat chunks of the output; each walks the blocks' index like an odometer.
-  par.for_range(s.total, kGrain, [&](int64_t begin, int64_t end) {
+  for_output_pages(par, out, s.total, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> index(outer_rank);
     int64_t rest = begin / block, oa = 0, ob = 0;
     for (int d = outer_rank - 1; d >= 0; --d) {

@@ -1,20 +1,24 @@
 // The CPU attention kernels' SIMD layer (forward, JVP and backward): GCC/Clang vector
-// extensions sized to the target (explicit FMA and a vectorised exp on x86), compile-time
-// dispatch on small tile sizes, the query-lane products they share, 64-byte aligned
-// scratch buffers and the query-block task loop.
+// extensions sized to the target (explicit FMA, vectorised exp / exp2 on x86),
+// compile-time dispatch on small tile sizes, the attention blocking and the register-
+// tiled products all three share, operand conversion to the compute type, 64-byte
+// aligned scratch buffers and the query-block task loop. (vector_math.h builds the
+// elementwise kernels' math on its vector types.)
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <type_traits>
+#include <vector>
 
 #include "oxijax/numeric.h"
 #include "parallel.h"
 
-#if defined(__AVX512F__) || defined(__AVX__) || defined(__FMA__)
+#if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
@@ -46,12 +50,17 @@ template <> struct Simd<double> { using V = VecD; };
 template <typename A> using Vec = typename Simd<A>::V;
 template <typename A> constexpr int kLanes = kVecBytes / int(sizeof(A));
 
+// Unaligned vector loads and stores (an under-aligned, may_alias vector type: plain
+// vmovups, and the values stay in registers where memcpy can bounce them via the stack).
+template <typename V> struct Unaligned {
+  typedef V type __attribute__((aligned(alignof(float)), may_alias));
+};
 template <typename V> inline V vload(const void* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+  return *static_cast<const typename Unaligned<V>::type*>(p);
 }
-template <typename V> inline void vstore(void* p, V v) { std::memcpy(p, &v, sizeof v); }
+template <typename V> inline void vstore(void* p, V v) {
+  *static_cast<typename Unaligned<V>::type*>(p) = v;
+}
 template <typename V> struct ElemOf;
 template <> struct ElemOf<VecF> { using type = float; };
 template <> struct ElemOf<VecD> { using type = double; };
@@ -144,47 +153,92 @@ inline VecF vexp(VecF x) {
 #endif
 }
 
-// The same for double lanes: Cody-Waite with fdlibm's split of ln2, then the Taylor
-// series of e^r to degree 13 (truncation < 1e-17 relative for |r| <= ln2/2; ~1 ulp).
-inline VecD vexp(VecD x) {
-  const VecD ln2_hi = splat<VecD>(6.93147180369123816490e-01);
-  const VecD ln2_lo = splat<VecD>(1.90821492927058770002e-10);
-  const VecD log2e = splat<VecD>(1.44269504088896338700e+00);
+// lo > x ? lo : x, then hi < x ? hi : x: x clamped to [lo, hi], a NaN x kept (x86's
+// maxps / minps return their second operand when either is NaN).
+inline VecF clamp(VecF x, VecF lo, VecF hi) {
+#if defined(__AVX__) && !defined(__AVX512F__)
+  return _mm256_min_ps(hi, _mm256_max_ps(lo, x));
+#elif defined(__SSE2__) && !defined(__AVX__)
+  return _mm_min_ps(hi, _mm_max_ps(lo, x));
+#else
+  x = x < lo ? lo : x;  // comparisons are false for NaN
+  return x > hi ? hi : x;
+#endif
+}
+inline VecD clamp(VecD x, VecD lo, VecD hi) {
+#if defined(__AVX__) && !defined(__AVX512F__)
+  return _mm256_min_pd(hi, _mm256_max_pd(lo, x));
+#elif defined(__SSE2__) && !defined(__AVX__)
+  return _mm_min_pd(hi, _mm_max_pd(lo, x));
+#else
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
+#endif
+}
+
+// 2^x for the softmax arguments of the attention kernels (a score minus its row's max
+// or log-sum-exp, in base 2: x <= 0 up to rounding). Split x = n + r, n = round(x), |r|
+// <= 1/2 (exact), a polynomial for 2^r, times 2^n built in the exponent bits. x is
+// first clamped so that n spans one step past the normal exponents at both ends, where
+// the bits of 2^n are 0 (2^x < 2^-126.5 flushes to 0: an absolute error next to a
+// softmax sum >= 1 or a probability of 1) and inf (2^x > 2^127.5 overflows, a little
+// early). So exp2(-inf) = 0 exactly, and a NaN x stays NaN through p * 2^n.
+// float: SLEEF's exp2f polynomial (<= 0.84 ulp on [-1/2, 1/2], measured).
+inline VecF vexp2(VecF x) {
+  const auto poly = [](VecF r) {
+    VecF p = splat<VecF>(1.535920892e-4f);
+    p = vfma(p, r, splat<VecF>(1.339262701e-3f));
+    p = vfma(p, r, splat<VecF>(9.618384764e-3f));
+    p = vfma(p, r, splat<VecF>(5.550347269e-2f));
+    p = vfma(p, r, splat<VecF>(2.402264476e-1f));
+    p = vfma(p, r, splat<VecF>(6.931471825e-1f));
+    return vfma(p, r, splat<VecF>(1.0f));
+  };
+#if defined(__AVX512F__)
+  constexpr __mmask16 all = 0xffff;
+  // NaN-preserving clamps (see vexp); out there 2^x is 0 or inf after the scaling.
+  x = _mm512_maskz_max_ps(all, splat<VecF>(-152.0f), x);
+  x = _mm512_maskz_min_ps(all, splat<VecF>(129.0f), x);
+  const VecF n = _mm512_maskz_roundscale_ps(all, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_maskz_scalef_ps(all, poly(x - n), n);
+#else
+  x = clamp(x, splat<VecF>(-127.0f), splat<VecF>(128.0f));
+  const VecF magic = splat<VecF>(12582912.0f);  // 1.5 * 2^23: rounds to an integer
+  const VecF t = x + magic;
+  // 2^n, n in [-127, 128]: the low bits of t hold n, its others shift out.
+  const VecF scale = reinterpret_cast<VecF>((reinterpret_cast<VecI>(t) << 23) + (127 << 23));
+  return poly(x - (t - magic)) * scale;
+#endif
+}
+
+// The same for double lanes: e^(r ln2) by its Taylor series to degree 13 (truncation <
+// 1e-17 relative for |r ln2| <= ln2/2; ~1 ulp); 0 below 2^-1022.5, inf above 2^1023.5.
+inline VecD vexp2(VecD x) {
   const auto poly = [](VecD r) {
     constexpr double c[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0,
                             1.0 / 3628800.0,    1.0 / 362880.0,    1.0 / 40320.0,
                             1.0 / 5040.0,       1.0 / 720.0,       1.0 / 120.0,
                             1.0 / 24.0,         1.0 / 6.0,         0.5,
                             1.0,                1.0};
+    const VecD u = r * splat<VecD>(0.69314718055994530942);
     VecD p = splat<VecD>(c[0]);
-    for (int i = 1; i < 14; ++i) p = vfma(p, r, splat<VecD>(c[i]));
+    for (int i = 1; i < 14; ++i) p = vfma(p, u, splat<VecD>(c[i]));
     return p;
   };
 #if defined(__AVX512F__)
   constexpr __mmask8 all = 0xff;
-  x = _mm512_maskz_max_pd(all, splat<VecD>(-746.0), x);  // NaN-preserving clamps
-  x = _mm512_maskz_min_pd(all, splat<VecD>(710.0), x);
-  const VecD n = _mm512_maskz_roundscale_pd(all, x * log2e,
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  VecD r = vfma(n, -ln2_hi, x);
-  r = vfma(n, -ln2_lo, r);
-  return _mm512_maskz_scalef_pd(all, poly(r), n);
+  x = _mm512_maskz_max_pd(all, splat<VecD>(-1080.0), x);  // NaN-preserving clamps
+  x = _mm512_maskz_min_pd(all, splat<VecD>(1025.0), x);
+  const VecD n = _mm512_maskz_roundscale_pd(all, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_maskz_scalef_pd(all, poly(x - n), n);
 #else
   typedef int64_t VecL __attribute__((vector_size(kVecBytes)));
-  const VecD lo = splat<VecD>(-708.3964185322641), hi = splat<VecD>(709.782712893384);
-  const VecD xc = x < lo ? lo : (x > hi ? hi : x);
+  x = clamp(x, splat<VecD>(-1023.0), splat<VecD>(1024.0));
   const VecD magic = splat<VecD>(6755399441055744.0);  // 1.5 * 2^52
-  const VecD t = vfma(xc, log2e, magic);
-  const VecD n = t - magic;
-  VecD r = vfma(n, -ln2_hi, xc);
-  r = vfma(n, -ln2_lo, r);
-  const VecD p = poly(r);
-  const VecL ni = reinterpret_cast<VecL>(t) - reinterpret_cast<VecL>(magic);
-  const VecL n1 = ni >> 1, n2 = ni - n1;
-  const VecD s1 = reinterpret_cast<VecD>((n1 + 1023) << 52);
-  const VecD s2 = reinterpret_cast<VecD>((n2 + 1023) << 52);
-  const VecD y = p * s1 * s2;
-  return x < lo ? VecD{} : (x > hi ? splat<VecD>(INFINITY) : y);
+  const VecD t = x + magic;
+  const VecD scale =
+      reinterpret_cast<VecD>((reinterpret_cast<VecL>(t) << 52) + (int64_t{1023} << 52));
+  return poly(x - (t - magic)) * scale;
 #endif
 }
 
@@ -199,88 +253,138 @@ template <int N, typename F> inline void dispatch(int n, F&& f) {
   }
 }
 
-// out[jt][:] = sum_d rows[jt][d] * bt[d][:] for JT rows (row stride ldr, lanes ld);
-// with Add, out[jt][:] += the same.
-template <typename A, int IV, int JT, bool Add = false>
-inline void lanes_product(const A* __restrict rows, int64_t ldr, const A* __restrict bt,
-                          int64_t ld, int64_t dim, A* __restrict out) {
+// ---------------------------------------------------------------------------------
+// Attention blocking, shared by the forward, backward and JVP kernels.
+
+// Query rows per block: a whole number of vectors on every target and of head-dim tile
+// rows (HeadDimTile). Keys per block: a whole number of query-lane tile rows
+// (QueryLaneTile). With D = 64 a block pair's working set (the transposed query block,
+// a 48 x 64 accumulator, the 96 x 48 score tile, 96 keys and values: 12 + 12 + 18 + 24
+// + 24 KB in float) stays in L2, and each product's tile operands in L1.
+constexpr int64_t kQueryBlock = 48;
+constexpr int64_t kKeyBlock = 96;
+
+// The kernels' softmax works in base 2: scores are scaled by log2(e) with the softmax
+// scale (folded into the query block), so the weights are exp2(s - max) (vexp2, no
+// range reduction by ln 2), and lse converts between bases at the edges.
+constexpr double kLog2e = 1.44269504088896340736;
+constexpr double kLn2 = 0.69314718055994530942;
+
+// ---------------------------------------------------------------------------------
+// Register-tiled products. Every product of the attention kernels has one shape,
+//   c[r][:] (+)= sum_{k < n} a(r, k) * b[k][:],
+// with b's rows loaded as whole vectors and a's values broadcast, a either row-major,
+// a(r, k) = a[r * lda + k], or column-major, a(r, k) = a[r + k * lda] (a transposed
+// score tile S^T [key][query lane] read by query rows).
+// A tile keeps R x NV accumulators in registers; per k it loads NV vectors of b and
+// broadcasts R values of a: R x NV independent FMA chains, more than the two FMA
+// ports x 4 cycles of latency need, in R x NV + NV + 1 registers.
+
+// Tile shapes: along the head dim (64 = 4 AVX-512 / 8 AVX2 vectors) and along the
+// kQueryBlock query lanes of a block (3 / 6 vectors).
+struct HeadDimTile {
+  static constexpr int kRows = 6;
+  static constexpr int kVecs = kRegs >= 32 ? 4 : 2;
+};
+struct QueryLaneTile {
+  static constexpr int kRows = kRegs >= 32 ? 8 : 6;
+  static constexpr int kVecs = kRegs >= 32 ? 3 : 2;
+};
+
+// One tile; n >= 1 (a do-while: no zero-trip path, across which GCC would keep the
+// accumulators in memory).
+template <typename A, int R, int NV, bool Accumulate, bool ColMajorA>
+[[gnu::noinline]] void product_tile(const A* __restrict a, int64_t lda, int64_t n,
+                                    const A* __restrict b, int64_t ldb, A* __restrict c,
+                                    int64_t ldc) {
   using V = Vec<A>;
   constexpr int W = kLanes<A>;
-  V acc[JT][IV];
-  for (int jt = 0; jt < JT; ++jt)
-    for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = Add ? vload<V>(out + jt * ld + iv * W) : V{};
-  for (int64_t d = 0; d < dim; ++d) {
-    V b[IV];
-    for (int iv = 0; iv < IV; ++iv) b[iv] = vload<V>(bt + d * ld + iv * W);
-    for (int jt = 0; jt < JT; ++jt) {
-      const V r = splat<V>(rows[jt * ldr + d]);
-      for (int iv = 0; iv < IV; ++iv) acc[jt][iv] = vfma(b[iv], r, acc[jt][iv]);
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = Accumulate ? vload<V>(c + r * ldc + v * W) : V{};
+  int64_t k = 0;
+  do {
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = vload<V>(b + k * ldb + v * W);
+    for (int r = 0; r < R; ++r) {
+      const V ar = splat<V>(ColMajorA ? a[r + k * lda] : a[r * lda + k]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = vfma(bv[v], ar, acc[r][v]);
     }
-  }
-  for (int jt = 0; jt < JT; ++jt)
-    for (int iv = 0; iv < IV; ++iv) vstore(out + jt * ld + iv * W, acc[jt][iv]);
+  } while (++k < n);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) vstore(c + r * ldc + v * W, acc[r][v]);
 }
 
-constexpr int kLaneRows = kRegs >= 32 ? 6 : 4;  // register tile rows of the lanes_* loops
-
-// lanes_product over all n rows, in register tiles of kLaneRows rows.
-template <typename A, int IV, bool Add = false>
-void lanes_product_all(const A* rows, int64_t ldr, int64_t n, const A* bt, int64_t ld,
-                       int64_t dim, A* out) {
-  int64_t j = 0;
-  for (; j + kLaneRows <= n; j += kLaneRows)
-    lanes_product<A, IV, kLaneRows, Add>(rows + j * ldr, ldr, bt, ld, dim, out + j * ld);
-  if (j < n)
-    dispatch<kLaneRows - 1>(int(n - j), [&](auto c) {
-      lanes_product<A, IV, decltype(c)::value, Add>(rows + j * ldr, ldr, bt, ld, dim,
-                                                    out + j * ld);
-    });
-}
-
-// outt[dt][:] += sum_j rows[j][dt] * st[j][:] for DT head-dim entries (as Ot += V^T P^T);
-// without Add, outt[dt][:] = the same.
-template <typename A, int IV, int DT, bool Add = true>
-inline void lanes_accumulate(const A* __restrict st, int64_t ld, int64_t nk,
-                             const A* __restrict rows, int64_t ldr, A* __restrict outt) {
-  using V = Vec<A>;
+// The product over `rows` rows and `vecs` vectors of columns in Tile-shaped tiles (the
+// edges in smaller ones). Column strips outermost: a strip of b (n x Tile::kVecs
+// vectors) stays in L1 while the row tiles stream a past it.
+template <typename A, typename Tile, bool Accumulate, bool ColMajorA>
+void product(int64_t rows, int64_t vecs, int64_t n, const A* a, int64_t lda, const A* b,
+             int64_t ldb, A* c, int64_t ldc) {
   constexpr int W = kLanes<A>;
-  V acc[DT][IV];
-  for (int dt = 0; dt < DT; ++dt)
-    for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = Add ? vload<V>(outt + dt * ld + iv * W) : V{};
-  for (int64_t j = 0; j < nk; ++j) {
-    V s[IV];
-    for (int iv = 0; iv < IV; ++iv) s[iv] = vload<V>(st + j * ld + iv * W);
-    for (int dt = 0; dt < DT; ++dt) {
-      const V r = splat<V>(rows[j * ldr + dt]);
-      for (int iv = 0; iv < IV; ++iv) acc[dt][iv] = vfma(s[iv], r, acc[dt][iv]);
-    }
+  if (n <= 0) {  // an empty sum
+    if (!Accumulate)
+      for (int64_t r = 0; r < rows; ++r) std::fill(c + r * ldc, c + r * ldc + vecs * W, A(0));
+    return;
   }
-  for (int dt = 0; dt < DT; ++dt)
-    for (int iv = 0; iv < IV; ++iv) vstore(outt + dt * ld + iv * W, acc[dt][iv]);
-}
-
-// lanes_accumulate over all `dim` head-dim entries of nk rows (row stride ldr).
-template <typename A, int IV, bool Add = true>
-void lanes_accumulate_all(const A* st, int64_t ld, int64_t nk, const A* rows, int64_t ldr,
-                          int64_t dim, A* outt) {
-  int64_t d = 0;
-  for (; d + kLaneRows <= dim; d += kLaneRows)
-    lanes_accumulate<A, IV, kLaneRows, Add>(st, ld, nk, rows + d, ldr, outt + d * ld);
-  if (d < dim)
-    dispatch<kLaneRows - 1>(int(dim - d), [&](auto c) {
-      lanes_accumulate<A, IV, decltype(c)::value, Add>(st, ld, nk, rows + d, ldr, outt + d * ld);
+  for (int64_t v0 = 0; v0 < vecs; v0 += Tile::kVecs) {
+    dispatch<Tile::kVecs>(int(std::min<int64_t>(Tile::kVecs, vecs - v0)), [&](auto nv) {
+      constexpr int NV = decltype(nv)::value;
+      const auto tile = [&](auto nr, int64_t r) {
+        product_tile<A, decltype(nr)::value, NV, Accumulate, ColMajorA>(
+            a + (ColMajorA ? r : r * lda), lda, n, b + v0 * W, ldb, c + r * ldc + v0 * W, ldc);
+      };
+      int64_t r = 0;
+      for (; r + Tile::kRows <= rows; r += Tile::kRows)
+        tile(std::integral_constant<int, Tile::kRows>{}, r);
+      if (r < rows) dispatch<Tile::kRows - 1>(int(rows - r), [&](auto nr) { tile(nr, r); });
     });
+  }
 }
 
-// n values of src in the compute type A: src itself when T is A, else converted into buf.
-template <typename A, typename T>
-inline const A* as_compute(const T* src, int64_t n, A* buf) {
-  if constexpr (std::is_same_v<T, A>) {
-    return src;
+// ---------------------------------------------------------------------------------
+// Operands in the compute type.
+
+// kLanes<float> values of p as floats: bfloat16 is the top half of a float (a shift),
+// float16 converts with F16C / AVX-512 where the target has them.
+template <typename T> inline VecF widen(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return vload<VecF>(p);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    typedef uint16_t VecH __attribute__((vector_size(kVecBytes / 2)));
+    typedef uint32_t VecU __attribute__((vector_size(kVecBytes)));
+    return reinterpret_cast<VecF>(__builtin_convertvector(vload<VecH>(p), VecU) << 16);
   } else {
-    for (int64_t e = 0; e < n; ++e) buf[e] = load(src[e]);
-    return buf;
+#if defined(__AVX512F__)
+    return _mm512_maskz_cvtph_ps(0xffff, vload<__m256i>(p));
+#elif defined(__F16C__) && defined(__AVX__)
+    return _mm256_cvtph_ps(vload<__m128i>(p));
+#else
+    float f[kLanes<float>];
+    for (int i = 0; i < kLanes<float>; ++i) f[i] = load(p[i]);
+    return vload<VecF>(f);
+#endif
   }
+}
+
+// `rows` rows of `dim` values of T (contiguous) as rows of A with stride ld >= dim,
+// zero beyond dim: src itself where that is already so, else converted into buf.
+template <typename A, typename T>
+const A* rows_as(const T* src, int64_t rows, int64_t dim, int64_t ld, A* buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    if (ld == dim) return src;
+  }
+  constexpr int W = kLanes<A>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* s = src + r * dim;
+    A* d = buf + r * ld;
+    int64_t e = 0;
+    if constexpr (std::is_same_v<A, float>)
+      for (; e + W <= dim; e += W) vstore(d + e, widen(s + e));
+    for (; e < dim; ++e) d[e] = load(s[e]);
+    for (; e < ld; ++e) d[e] = A(0);
+  }
+  return buf;
 }
 
 template <typename A> struct AlignedBuffer {
@@ -292,6 +396,115 @@ template <typename A> struct AlignedBuffer {
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 };
+
+// Scratch that outlives a call. The kernels' O(S * D) buffers (MBs: the backward's dQ
+// partials and query-block layouts, the half types' float copies of K and V) would
+// otherwise come as fresh pages from the OS on many calls, and the first touch of each
+// page (a fault and its zeroing) can cost more than the kernels' own work on it. Blocks
+// given back are kept for later calls, up to kCachedBytes in all; each is used by one
+// call at a time.
+class ScratchCache {
+ public:
+  static constexpr size_t kCachedBytes = size_t(256) << 20;
+
+  static ScratchCache& instance() {
+    static ScratchCache* cache = new ScratchCache;  // never destroyed: calls may run at exit
+    return *cache;
+  }
+  // A block of at least `bytes` (updated to its size): the smallest cached one that
+  // fits, else a new one.
+  void* take(size_t& bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto best = blocks_.end();
+      for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
+        if (it->bytes >= bytes && (best == blocks_.end() || it->bytes < best->bytes)) best = it;
+      if (best != blocks_.end()) {
+        void* p = best->p;
+        bytes = best->bytes;
+        cached_ -= bytes;
+        blocks_.erase(best);
+        return p;
+      }
+    }
+    return ::operator new(bytes, std::align_val_t(64));
+  }
+  // Keeps the block for reuse (unless it alone is over kCachedBytes), dropping the
+  // smallest ones beyond kCachedBytes.
+  void give(void* p, size_t bytes) {
+    if (bytes > kCachedBytes) {
+      ::operator delete(p, std::align_val_t(64));
+      return;
+    }
+    std::vector<Block> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks_.push_back({p, bytes});
+      cached_ += bytes;
+      while (cached_ > kCachedBytes) {
+        const auto smallest = std::min_element(
+            blocks_.begin(), blocks_.end(),
+            [](const Block& x, const Block& y) { return x.bytes < y.bytes; });
+        cached_ -= smallest->bytes;
+        dropped.push_back(*smallest);
+        blocks_.erase(smallest);
+      }
+    }
+    for (const Block& b : dropped) ::operator delete(b.p, std::align_val_t(64));
+  }
+
+ private:
+  struct Block {
+    void* p;
+    size_t bytes;
+  };
+  std::mutex mu_;
+  std::vector<Block> blocks_;
+  size_t cached_ = 0;
+};
+
+// n values of A of scratch from the ScratchCache, 64-byte aligned, given back on
+// destruction (or reset); empty until reset.
+template <typename A> class Scratch {
+ public:
+  Scratch() = default;
+  explicit Scratch(int64_t n) { reset(n); }
+  ~Scratch() { release(); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  A* reset(int64_t n) {
+    release();
+    bytes_ = size_t(std::max<int64_t>(n, 1)) * sizeof(A);
+    p_ = static_cast<A*>(ScratchCache::instance().take(bytes_));
+    return p_;
+  }
+  A* get() const { return p_; }
+
+ private:
+  void release() {
+    if (p_) ScratchCache::instance().give(p_, bytes_);
+    p_ = nullptr;
+  }
+  A* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// rows_as for a whole tensor of `rows` rows, converted once (in parallel) for every
+// query block to share: src itself where it already is, else a copy in buf.
+template <typename A, typename T>
+const A* rows_as(const Parallel& par, const T* src, int64_t rows, int64_t dim, int64_t ld,
+                 Scratch<A>& buf) {
+  if constexpr (std::is_same_v<T, A>) {
+    if (ld == dim) return src;
+  }
+  constexpr int64_t kRowsPerTask = 256;
+  buf.reset(rows * ld);
+  par.for_range((rows + kRowsPerTask - 1) / kRowsPerTask, 1, [&](int64_t t0, int64_t t1) {
+    const int64_t r0 = t0 * kRowsPerTask, r1 = std::min(rows, t1 * kRowsPerTask);
+    rows_as<A>(src + r0 * dim, r1 - r0, dim, ld, buf.get() + r0 * ld);
+  });
+  return buf.get();
+}
 
 // Calls block(h, i0, rows, ws) for every (batch*head h, block of up to bq query rows
 // from i0) on par, with one scratch ws = make_ws() per chunk of tasks. Cheap and
