@@ -2,11 +2,13 @@
 # One-shot check on a GPU machine without internet (jax with CUDA already installed):
 # build against the installed jaxlib for that GPU only, run the GPU tests (a skip is a
 # failure there), every kernel path under compute-sanitizer (memcheck, racecheck), the
-# benchmark, then, time permitting, the whole suite on the GPU. Logs, a JSON of
-# benchmark results, kernel_report.txt/.json (scripts/kernel_report.py) and summary.txt
-# (one line per step with its exit status) go to $OUT when it is set. Budget: under 8
-# minutes on an H200; every step has its own time limit so that a hang cannot eat the
-# budget, and later steps run even when one fails.
+# benchmark, the CPU kernels on that machine's CPU, then, time permitting, the whole
+# suite. Logs, JSONs of benchmark results, kernel_report.txt/.json
+# (scripts/kernel_report.py) and summary.txt (one line per step with its exit status) go
+# to $OUT when it is set; the device tool returns at most 8 files, so tar them. Budget:
+# about 10 minutes on an H200 (2026-12-04: the build alone 202 s on its 16 cores; the
+# GPU benchmark ~150 s); every step has its own time limit so that a hang cannot eat
+# the budget, and later steps run even when one fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$(mktemp -d)}"
@@ -29,8 +31,8 @@ step() {
 export OXIJAX_REQUIRE_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false OXIJAX_CUDA=ON
 export OXIJAX_CUDA_ARCHITECTURES="${OXIJAX_CUDA_ARCHITECTURES:-90-real}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-# Time limits (seconds) add up to the 8-minute budget; the whole suite gets what is left.
-step build 150 python -m pip install --no-build-isolation --no-deps .
+# Time limits (seconds): the whole suite gets what is left of 570 s.
+step build 270 python -m pip install --no-build-isolation --no-deps .
 nvidia-smi > "$out/nvidia-smi.log" 2>&1 || true
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
             /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
@@ -65,11 +67,22 @@ else
   echo "sanitizer: compute-sanitizer not found" | tee -a "$out/summary.txt"
   failed=1
 fi
-step bench 60 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
+step bench 150 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
 # Training steps (fwd+bwd) against cuDNN and XLA: attention B2 H16 S4096 D128, conv2d.
 step bench_train 60 python -m oxijax bench --size gpu --dtype bfloat16 --dtype float32 \
   --op "train step" --repeats 5 --json "$out/bench_train.json"
-left=$((470 - SECONDS))
+# The CPU kernels on this machine's CPU (its lscpu.log says which ISA), at the
+# level the extension loads here: the op tests, then the CPU benchmark, whose JSON is
+# rewritten after every row so that a run cut off by its limit keeps what it measured.
+lscpu > "$out/lscpu.log" 2>&1 || true
+step cpu_tests 90 env JAX_PLATFORMS=cpu python -m pytest -q -x -p no:cacheprovider \
+  "${parallel[@]}" --rootdir=. -m "not gpu and not cuda_interpret and not fuzz" \
+  test_gemm.py test_conv2d.py test_attention.py test_attention_grad.py test_attention_jvp.py \
+  test_elementwise.py test_reduce.py test_numerics.py test_grad.py test_cpu_isa.py \
+  -k "not under_lower_level"
+step cpu_bench 90 env JAX_PLATFORMS=cpu python -m oxijax bench --dtype float32 \
+  --dtype bfloat16 --repeats 5 --json "$out/cpu_bench.json"
+left=$((570 - SECONDS))
 if [ "$left" -gt 20 ]; then
   step tests "$left" python -m pytest -q -p no:cacheprovider "${parallel[@]}" --rootdir=. .
 else

