@@ -6,6 +6,7 @@
 // own stream, scratch memory and buffer registration (ffi/interp/ffi_context.h).
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -38,17 +39,25 @@ ffi::Error launched(cudaError_t status, const char* op) {
                               cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
 }
 
-// `bytes` (256-byte aligned) of XLA's scratch memory for a kernel's workspace, or
-// nullptr when it needs none. Never cudaMalloc: XLA owns and reuses this memory.
+// `bytes` of XLA's scratch memory at the 256-byte alignment the kernels' workspaces
+// promise (cuda/kernels.h), or nullptr when it needs none. Never cudaMalloc: XLA owns and
+// reuses this memory. XLA refuses an alignment above 16 (kMaxAlignment in ffi_api.cc;
+// seen on an H200 with jax 0.11.2), so take 16-byte-aligned memory with room to round up.
+constexpr size_t kWorkspaceAlignment = 256;
+constexpr size_t kXlaScratchAlignment = 16;
+
 ffi::Error scratch_workspace(Scratch& scratch, size_t bytes, const char* what,
                              void*& workspace) {
   workspace = nullptr;
   if (bytes == 0) return ffi::Error::Success();
-  std::optional<void*> allocated = scratch.Allocate(bytes, 256);
+  std::optional<void*> allocated =
+      scratch.Allocate(bytes + kWorkspaceAlignment - kXlaScratchAlignment, kXlaScratchAlignment);
   if (!allocated)
     return ffi::Error(ffi::ErrorCode::kResourceExhausted,
                       std::string("oxijax: no scratch memory for the ") + what);
-  workspace = *allocated;
+  const auto address = reinterpret_cast<uintptr_t>(*allocated);
+  workspace = reinterpret_cast<void*>((address + kWorkspaceAlignment - 1) &
+                                      ~(kWorkspaceAlignment - 1));
   return ffi::Error::Success();
 }
 

@@ -23,7 +23,9 @@ struct FfiStream {};
 class FfiScratch {
  public:
   std::optional<void*> Allocate(size_t bytes, size_t alignment = 1) {
-    if (alignment > 256) return std::nullopt;
+    // XLA's own rule (ffi_api.cc): a power of two no larger than 16 bytes.
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 16)
+      return std::nullopt;
     void* p = device_alloc(bytes, "the handler's scratch memory (" + std::to_string(bytes) +
                                       " bytes)");
     if (p == nullptr) return std::nullopt;
