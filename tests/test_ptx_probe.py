@@ -89,8 +89,29 @@ def ldmatrix_rows(words):
     return np.concatenate([loaded.ravel(), words[128:]])
 
 
+def tensor_core_dot(a, b, c):
+    """c + a @ b per element as an H200's tensor cores sum float32 accumulators (fitted to
+    the hardware's probe results of 2026-12-04; the ISA leaves it to the implementation):
+    exact products and c aligned to the largest exponent among them (a product's: the sum
+    of its factors'), each truncated toward zero 25 bits below it, summed exactly, the sum
+    rounded toward zero to float32. Finite normal operands only (what random_words gives)."""
+    def exponent(x):  # floor(log2|x|), for x != 0
+        return np.frexp(x)[1] - 1
+    products = a[:, :, None] * b[None, :, :]  # row, k, column: exact in float64
+    nonzero = products != 0
+    raw = np.where(nonzero, exponent(a)[:, :, None] + exponent(b)[None, :, :], -10**6)
+    top = np.maximum(raw.max(axis=1), np.where(c != 0, exponent(c), -10**6))
+    unit = np.ldexp(1.0, np.maximum(top, -1000) - 25)  # (all-zero elements: any unit)
+    kept = np.trunc(products / unit[:, None, :]).sum(axis=1) + np.trunc(c / unit)  # exact
+    exact = kept * unit
+    with np.errstate(over="ignore"):
+        d = exact.astype(np.float32)  # beyond float32's range: inf
+    rounded_up = np.isfinite(d) & (np.abs(d.astype(np.float64)) > np.abs(exact))
+    return np.where(rounded_up, np.nextafter(d, np.float32(0)), d)
+
+
 def model_mma(words, code):
-    """D = A @ B + C with the ISA's fragment layouts (exact products, float64 sums)."""
+    """D = A @ B + C with the ISA's fragment layouts, summed as the tensor cores do."""
     out = np.zeros(WORDS, np.uint32)
     if code == MMA_TF32:
         a, b = np.zeros((16, 8)), np.zeros((8, 8))
@@ -115,7 +136,7 @@ def model_mma(words, code):
         cv = w[6:].view(np.float32).astype(np.float64)
         c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1] = cv
     assert a.shape[1] == k
-    d = (a @ b + c).astype(np.float32)
+    d = tensor_core_dot(a, b, c)
     for lane in range(32):
         g, t = lane // 4, lane % 4
         out[4 * lane:4 * lane + 4] = np.array(
@@ -128,10 +149,8 @@ def model_convert(words):
     x = words[:257].view(np.float32)
     for i in range(256):
         bits = int(words[i])
-        if np.isnan(x[i]):
-            tf32 = 0x7FFFFFFF
-        elif np.isinf(x[i]):
-            tf32 = bits
+        if not np.isfinite(x[i]):  # NaN and inf keep their bits (the H200, 2026-12-04)
+            tf32 = bits & 0xFFFFE000
         else:  # ties away from zero on the magnitude
             tf32 = (bits + 0x1000) & 0xFFFFE000
         pack = []
