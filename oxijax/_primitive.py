@@ -82,14 +82,21 @@ def _float_checks(primitive: Primitive, nan_free: Callable[..., bool],
                                                     "DivisionByZeroError")):
         return
 
-    def rule(error, enabled_errors, *args, **params):
+    # JAX 0.11 threads a CheckifyContext (the error codes handed out so far) through the
+    # rules, before the error: rule(ctx, error, enabled_errors, *args), and likewise
+    # assert_func(ctx, error, ...) and nan_error_check(prim, ctx, error, ...).
+    with_context = hasattr(checkify, "CheckifyContext")
+
+    def rule(*rule_args, **params):
+        ctx = rule_args[:1] if with_context else ()
+        error, enabled_errors, *args = rule_args[len(ctx):]
         index = divisor(**params)
         if index is not None and checkify.DivisionByZeroError in enabled_errors:
-            error = checkify.assert_func(error, jax.numpy.any(args[index] == 0),
+            error = checkify.assert_func(*ctx, error, jax.numpy.any(args[index] == 0),
                                          checkify.DivisionByZeroError(checkify.get_traceback()))
         if nan_free(**params):
             return error, primitive.bind(*args, **params)
-        return checkify.nan_error_check(primitive, error, enabled_errors, *args, **params)
+        return checkify.nan_error_check(primitive, *ctx, error, enabled_errors, *args, **params)
 
     checkify.error_checks[primitive] = rule
 

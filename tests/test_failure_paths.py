@@ -40,27 +40,36 @@ def run_python(code: str) -> str:
 
 
 def test_kernel_scratch_exhaustion_raises_in_python():
-    # attention's backward pass packs q, dout (and dq) in float32 scratch, about five
-    # times q's size; under the limit XLA's result buffers (dq as large as q) fit and the
-    # scratch does not. Without the handlers' exception guard, std::bad_alloc would
-    # unwind into XLA and abort the process.
+    # attention's backward pass keeps per-query-group dQ partials in scratch, about q's
+    # size here, beside XLA's result buffers (dq as large as q): under the limit the
+    # results fit and the scratch does not. Without the handlers' exception guard,
+    # std::bad_alloc would unwind into XLA and abort the process. The kernels keep scratch
+    # between calls (ScratchCache), so the warm-up runs a small problem (threads started,
+    # small blocks cached) and the large one is only compiled ahead of the limited run.
     out = run_python("""
         import jax, jax.numpy as jnp, numpy as np, oxijax
-        q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 1, 16384, 1024), np.float32))
-        kv, lse = q[:, :, :8], jnp.zeros(q.shape[:3], jnp.float32)
-        results = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (q, kv, kv)]
-        call = jax.ffi.ffi_call("oxijax_attention_backward", results)
-        backward = jax.jit(lambda *a: call(*a, scale=np.float64(0.03), causal=False))
-        run = lambda: jax.block_until_ready(backward(q, kv, kv, q, lse, q))
-        expected = run()  # warm: compiled, threads started
-        limit(q.nbytes * 5 // 2)
+        def operands(sq, dim):
+            q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 1, sq, dim), np.float32))
+            kv, lse = q[:, :, :8], jnp.zeros(q.shape[:3], jnp.float32)
+            return q, kv, kv, q, lse, q
+        def backward(q, kv):
+            results = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (q, kv, kv)]
+            call = jax.ffi.ffi_call("oxijax_attention_backward", results)
+            return jax.jit(lambda *a: call(*a, scale=np.float64(0.03), causal=False))
+        small = operands(64, 64)
+        jax.block_until_ready(backward(small[0], small[1])(*small))  # warm: threads started
+        args = operands(16384, 1024)
+        q = args[0]
+        compiled = backward(q, args[1]).lower(*args).compile()
+        run = lambda: jax.block_until_ready(compiled(*args))
+        limit(q.nbytes * 3 // 2)
         try:
             run()
             print("no error")
         except Exception as e:
             print("raised:", type(e).__name__, e)
         unlimit()
-        again = run()
+        expected, again = run(), run()
         print("usable:", all(bool(jnp.array_equal(a, b)) for a, b in zip(again, expected)))
     """)
     assert "raised:" in out and "out of host memory" in out, out
