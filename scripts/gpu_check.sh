@@ -80,6 +80,16 @@ step cpu_tests 90 env JAX_PLATFORMS=cpu python -m pytest -q -x -p no:cacheprovid
   test_gemm.py test_conv2d.py test_attention.py test_attention_grad.py test_attention_jvp.py \
   test_elementwise.py test_reduce.py test_numerics.py test_grad.py test_cpu_isa.py \
   -k "not under_lower_level"
+# 2026-12-04, H200 host (jax 0.11.2): processes died (SIGSEGV) when a handler returned an
+# error (the first being test_attention_grad's inconsistent-call test), never here or in
+# CI. A native backtrace of those tests at the CPU's own level and at avx2 (cuda-gdb
+# debugs host code too; the image has no gdb).
+debugger=(); command -v cuda-gdb > /dev/null && debugger=(cuda-gdb -q -batch -ex run -ex bt --args)
+for level in "" avx2; do
+  step "error_paths${level:+_$level}" 60 env JAX_PLATFORMS=cpu OXIJAX_CPU_ISA="$level" \
+    "${debugger[@]}" python -m pytest -q -p no:cacheprovider --rootdir=. \
+    test_attention_grad.py test_errors.py -k "inconsistent or rejects"
+done
 step cpu_bench 90 env JAX_PLATFORMS=cpu python -m oxijax bench --dtype float32 \
   --dtype bfloat16 --repeats 5 --json "$out/cpu_bench.json"
 left=$((570 - SECONDS))
