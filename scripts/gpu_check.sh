@@ -85,6 +85,19 @@ step cpu_tests 90 env JAX_PLATFORMS=cpu python -m pytest -q -x -p no:cacheprovid
 # CI. A native backtrace of those tests at the CPU's own level and at avx2 (cuda-gdb
 # debugs host code too; the image has no gdb).
 debugger=(); command -v cuda-gdb > /dev/null && debugger=(cuda-gdb -q -batch -ex run -ex bt --args)
+# Control: does any custom-call error (here jax's own Python callback raising) crash
+# this jax build, without oxijax loaded?
+step jax_error_path 60 env JAX_PLATFORMS=cpu python -c '
+import jax, jax.numpy as jnp
+def fail(x):
+    raise ValueError("planted")
+f = jax.jit(lambda x: jax.pure_callback(fail, jax.ShapeDtypeStruct((3,), jnp.float32), x))
+for _ in range(50):
+    try:
+        f(jnp.ones(3, jnp.float32)).block_until_ready()
+    except Exception:
+        pass
+print("50 callback errors, no crash")'
 for level in "" avx2; do
   step "error_paths${level:+_$level}" 60 env JAX_PLATFORMS=cpu OXIJAX_CPU_ISA="$level" \
     "${debugger[@]}" python -m pytest -q -p no:cacheprovider --rootdir=. \
