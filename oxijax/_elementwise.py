@@ -105,74 +105,77 @@ def _binary(a: Any, b: Any, *, op: BinaryOp) -> jax.Array:
     return binary_p.bind(a, b, op=op)
 
 
-# The named forms of unary and binary.
+# The named forms of unary and binary, each with its op bound once: an eager call
+# neither parses nor hashes it (keyed by name: a str's hash is cached, an enum's is not).
+_NAMED_UNARY = {op.name.lower(): _dispatch.with_params(_unary, op=op) for op in UnaryOp}
+_NAMED_BINARY = {op.name.lower(): _dispatch.with_params(_binary, op=op) for op in BinaryOp}
 
 
 def relu(x: Any) -> jax.Array:
     """``max(x, 0)`` elementwise (NaN stays NaN): ``unary(x, "relu")``."""
-    return unary(x, UnaryOp.RELU)
+    return _NAMED_UNARY["relu"](x)
 
 
 def sigmoid(x: Any) -> jax.Array:
     """``1 / (1 + exp(-x))`` elementwise: ``unary(x, "sigmoid")``."""
-    return unary(x, UnaryOp.SIGMOID)
+    return _NAMED_UNARY["sigmoid"](x)
 
 
 def tanh(x: Any) -> jax.Array:
     """Hyperbolic tangent elementwise: ``unary(x, "tanh")``."""
-    return unary(x, UnaryOp.TANH)
+    return _NAMED_UNARY["tanh"](x)
 
 
 def exp(x: Any) -> jax.Array:
     """``e**x`` elementwise: ``unary(x, "exp")``."""
-    return unary(x, UnaryOp.EXP)
+    return _NAMED_UNARY["exp"](x)
 
 
 def log(x: Any) -> jax.Array:
     """Natural logarithm elementwise (``log(0) = -inf``): ``unary(x, "log")``."""
-    return unary(x, UnaryOp.LOG)
+    return _NAMED_UNARY["log"](x)
 
 
 def sqrt(x: Any) -> jax.Array:
     """Square root elementwise (``sqrt(-1) = nan``): ``unary(x, "sqrt")``."""
-    return unary(x, UnaryOp.SQRT)
+    return _NAMED_UNARY["sqrt"](x)
 
 
 def abs(x: Any) -> jax.Array:  # noqa: A001 - mirrors jnp.abs
     """Absolute value elementwise: ``unary(x, "abs")``."""
-    return unary(x, UnaryOp.ABS)
+    return _NAMED_UNARY["abs"](x)
 
 
 def neg(x: Any) -> jax.Array:
     """``-x`` elementwise: ``unary(x, "neg")``."""
-    return unary(x, UnaryOp.NEG)
+    return _NAMED_UNARY["neg"](x)
 
 
 def add(a: Any, b: Any) -> jax.Array:
     """``a + b`` with broadcasting: ``binary(a, b, "add")``."""
-    return binary(a, b, BinaryOp.ADD)
+    return _NAMED_BINARY["add"](a, b)
 
 
 def sub(a: Any, b: Any) -> jax.Array:
     """``a - b`` with broadcasting: ``binary(a, b, "sub")``."""
-    return binary(a, b, BinaryOp.SUB)
+    return _NAMED_BINARY["sub"](a, b)
 
 
 def mul(a: Any, b: Any) -> jax.Array:
     """``a * b`` with broadcasting: ``binary(a, b, "mul")``."""
-    return binary(a, b, BinaryOp.MUL)
+    return _NAMED_BINARY["mul"](a, b)
 
 
 def div(a: Any, b: Any) -> jax.Array:
     """``a / b`` with broadcasting: ``binary(a, b, "div")``."""
-    return binary(a, b, BinaryOp.DIV)
+    return _NAMED_BINARY["div"](a, b)
 
 
 def maximum(a: Any, b: Any) -> jax.Array:
     """Elementwise maximum, NaN-propagating like ``jnp.maximum``: ``binary(a, b, "max")``."""
-    return binary(a, b, BinaryOp.MAX)
+    return _NAMED_BINARY["max"](a, b)
 
 
 def minimum(a: Any, b: Any) -> jax.Array:
     """Elementwise minimum, NaN-propagating like ``jnp.minimum``: ``binary(a, b, "min")``."""
-    return binary(a, b, BinaryOp.MIN)
+    return _NAMED_BINARY["min"](a, b)
