@@ -1,9 +1,9 @@
 // The CPU attention kernels' SIMD layer (forward, JVP and backward): GCC/Clang vector
-// extensions sized to the target (explicit FMA, vectorised exp / exp2 on x86),
-// compile-time dispatch on small tile sizes, the attention blocking and the register-
-// tiled products all three share, operand conversion to the compute type, 64-byte
-// aligned scratch buffers and the query-block task loop. (vector_math.h builds the
-// elementwise kernels' math on its vector types.)
+// extensions sized to the target (explicit FMA, NaN-keeping max / min and a vectorised
+// exp2 on x86), compile-time dispatch on small tile sizes, the attention blocking and
+// the register-tiled products all three share, operand conversion to the compute type,
+// 64-byte aligned scratch buffers and the query-block task loop. (vector_math.h builds
+// the elementwise kernels' math on its vector types and max / min.)
 #pragma once
 
 #include <algorithm>
@@ -106,74 +106,58 @@ inline VecD vfma(VecD a, VecD b, VecD c) {
 #endif
 }
 
-// exp for float lanes: Cody-Waite reduction x = n*ln2 + r, |r| <= ln2/2, Cephes'
-// expf polynomial (measured <= 1 ulp), times 2^n. Correct for any x: exp(-inf) = 0,
-// exp(+inf) = inf, NaN propagates; with AVX-512 results in the subnormal range are
-// exact-ish (vscalefps), elsewhere they flush to 0 (an absolute error < 1.2e-38, next
-// to a running softmax sum >= 1).
-inline VecF vexp_poly(VecF r) {
-  VecF p = splat<VecF>(1.9875691500e-4f);
-  p = vfma(p, r, splat<VecF>(1.3981999507e-3f));
-  p = vfma(p, r, splat<VecF>(8.3334519073e-3f));
-  p = vfma(p, r, splat<VecF>(4.1665795894e-2f));
-  p = vfma(p, r, splat<VecF>(1.6666665459e-1f));
-  p = vfma(p, r, splat<VecF>(5.0000001201e-1f));
-  return vfma(p, r * r, r + splat<VecF>(1.0f));
-}
-inline VecF vexp(VecF x) {
+// a > b ? a : b and a < b ? a : b, b where either is NaN: x86's max / min instructions
+// (one instruction where the plain ?: is a compare and a blend).
+inline VecF max_or_second(VecF a, VecF b) {
 #if defined(__AVX512F__)
   // The maskz_ forms with a full mask are the plain instructions; they avoid GCC 12's
-  // bogus -Wmaybe-uninitialized on _mm512_undefined_ps in the unmasked intrinsics.
-  constexpr __mmask16 all = 0xffff;
-  // Clamp with the NaN-preserving operand order (vmaxps/vminps return the second
-  // operand when either is NaN); outside [-104, 89] exp is 0 or inf in float anyway.
-  x = _mm512_maskz_max_ps(all, splat<VecF>(-104.0f), x);
-  x = _mm512_maskz_min_ps(all, splat<VecF>(89.0f), x);
-  const VecF n = _mm512_maskz_roundscale_ps(all, x * splat<VecF>(1.44269504088896341f),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  VecF r = vfma(n, splat<VecF>(-0.693359375f), x);
-  r = vfma(n, splat<VecF>(2.12194440e-4f), r);
-  return _mm512_maskz_scalef_ps(all, vexp_poly(r), n);  // p * 2^n, right under/overflow
+  // bogus -Wmaybe-uninitialized on _mm512_undefined_* in the unmasked intrinsics.
+  return _mm512_maskz_max_ps(0xffff, a, b);
+#elif defined(__AVX__)
+  return _mm256_max_ps(a, b);
+#elif defined(__SSE2__)
+  return _mm_max_ps(a, b);
 #else
-  const VecF lo = splat<VecF>(-87.33654f), hi = splat<VecF>(88.72283f);
-  const VecF xc = x < lo ? lo : (x > hi ? hi : x);  // comparisons are false for NaN
-  const VecF magic = splat<VecF>(12582912.0f);         // 1.5 * 2^23: round to nearest
-  const VecF t = vfma(xc, splat<VecF>(1.44269504088896341f), magic);
-  const VecF n = t - magic;
-  VecF r = vfma(n, splat<VecF>(-0.693359375f), xc);
-  r = vfma(n, splat<VecF>(2.12194440e-4f), r);
-  const VecF p = vexp_poly(r);
-  // n in [-126, 128]; 2^n as two factors so that n = 128 (x ~ 88.7) stays finite.
-  const VecI ni = reinterpret_cast<VecI>(t) - reinterpret_cast<VecI>(magic);
-  const VecI n1 = ni >> 1, n2 = ni - n1;
-  const VecF s1 = reinterpret_cast<VecF>((n1 + 127) << 23);
-  const VecF s2 = reinterpret_cast<VecF>((n2 + 127) << 23);
-  const VecF y = p * s1 * s2;
-  return x < lo ? VecF{} : (x > hi ? splat<VecF>(INFINITY) : y);
+  return a > b ? a : b;
+#endif
+}
+inline VecF min_or_second(VecF a, VecF b) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_min_ps(0xffff, a, b);
+#elif defined(__AVX__)
+  return _mm256_min_ps(a, b);
+#elif defined(__SSE2__)
+  return _mm_min_ps(a, b);
+#else
+  return a < b ? a : b;
+#endif
+}
+inline VecD max_or_second(VecD a, VecD b) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_max_pd(0xff, a, b);
+#elif defined(__AVX__)
+  return _mm256_max_pd(a, b);
+#elif defined(__SSE2__)
+  return _mm_max_pd(a, b);
+#else
+  return a > b ? a : b;
+#endif
+}
+inline VecD min_or_second(VecD a, VecD b) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_min_pd(0xff, a, b);
+#elif defined(__AVX__)
+  return _mm256_min_pd(a, b);
+#elif defined(__SSE2__)
+  return _mm_min_pd(a, b);
+#else
+  return a < b ? a : b;
 #endif
 }
 
-// lo > x ? lo : x, then hi < x ? hi : x: x clamped to [lo, hi], a NaN x kept (x86's
-// maxps / minps return their second operand when either is NaN).
-inline VecF clamp(VecF x, VecF lo, VecF hi) {
-#if defined(__AVX__) && !defined(__AVX512F__)
-  return _mm256_min_ps(hi, _mm256_max_ps(lo, x));
-#elif defined(__SSE2__) && !defined(__AVX__)
-  return _mm_min_ps(hi, _mm_max_ps(lo, x));
-#else
-  x = x < lo ? lo : x;  // comparisons are false for NaN
-  return x > hi ? hi : x;
-#endif
-}
-inline VecD clamp(VecD x, VecD lo, VecD hi) {
-#if defined(__AVX__) && !defined(__AVX512F__)
-  return _mm256_min_pd(hi, _mm256_max_pd(lo, x));
-#elif defined(__SSE2__) && !defined(__AVX__)
-  return _mm_min_pd(hi, _mm_max_pd(lo, x));
-#else
-  x = x < lo ? lo : x;
-  return x > hi ? hi : x;
-#endif
+// x clamped to [lo, hi], a NaN x kept.
+template <typename V> inline V clamp(V x, V lo, V hi) {
+  return min_or_second(hi, max_or_second(lo, x));
 }
 
 // 2^x for the softmax arguments of the attention kernels (a score minus its row's max
@@ -195,10 +179,9 @@ inline VecF vexp2(VecF x) {
     return vfma(p, r, splat<VecF>(1.0f));
   };
 #if defined(__AVX512F__)
-  constexpr __mmask16 all = 0xffff;
-  // NaN-preserving clamps (see vexp); out there 2^x is 0 or inf after the scaling.
-  x = _mm512_maskz_max_ps(all, splat<VecF>(-152.0f), x);
-  x = _mm512_maskz_min_ps(all, splat<VecF>(129.0f), x);
+  constexpr __mmask16 all = 0xffff;  // see max_or_second
+  // Out there 2^x is 0 or inf after the scaling.
+  x = clamp(x, splat<VecF>(-152.0f), splat<VecF>(129.0f));
   const VecF n = _mm512_maskz_roundscale_ps(all, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   return _mm512_maskz_scalef_ps(all, poly(x - n), n);
 #else
@@ -227,8 +210,7 @@ inline VecD vexp2(VecD x) {
   };
 #if defined(__AVX512F__)
   constexpr __mmask8 all = 0xff;
-  x = _mm512_maskz_max_pd(all, splat<VecD>(-1080.0), x);  // NaN-preserving clamps
-  x = _mm512_maskz_min_pd(all, splat<VecD>(1025.0), x);
+  x = clamp(x, splat<VecD>(-1080.0), splat<VecD>(1025.0));
   const VecD n = _mm512_maskz_roundscale_pd(all, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   return _mm512_maskz_scalef_pd(all, poly(x - n), n);
 #else

@@ -28,6 +28,9 @@
 
 namespace oxijax::cpu::vmath {
 
+using simd::clamp;
+using simd::max_or_second;
+using simd::min_or_second;
 using simd::splat;
 using simd::VecF;
 using simd::VecI;
@@ -44,53 +47,6 @@ constexpr __mmask16 kAllLanes = 0xffff;
 
 inline VecU bits(VecF x) { return reinterpret_cast<VecU>(x); }
 inline VecF from_bits(VecU u) { return reinterpret_cast<VecF>(u); }
-
-// a > b ? a : b and a < b ? a : b, b where either is NaN: x86's max / min instructions
-// (one instruction where the plain ?: is a compare and a blend).
-inline VecF max_or_second(VecF a, VecF b) {
-#if defined(__AVX512F__)
-  return _mm512_maskz_max_ps(kAllLanes, a, b);
-#elif defined(__AVX__)
-  return _mm256_max_ps(a, b);
-#elif defined(__SSE2__)
-  return _mm_max_ps(a, b);
-#else
-  return a > b ? a : b;
-#endif
-}
-inline VecF min_or_second(VecF a, VecF b) {
-#if defined(__AVX512F__)
-  return _mm512_maskz_min_ps(kAllLanes, a, b);
-#elif defined(__AVX__)
-  return _mm256_min_ps(a, b);
-#elif defined(__SSE2__)
-  return _mm_min_ps(a, b);
-#else
-  return a < b ? a : b;
-#endif
-}
-inline simd::VecD max_or_second(simd::VecD a, simd::VecD b) {
-#if defined(__AVX512F__)
-  return _mm512_maskz_max_pd(0xff, a, b);
-#elif defined(__AVX__)
-  return _mm256_max_pd(a, b);
-#elif defined(__SSE2__)
-  return _mm_max_pd(a, b);
-#else
-  return a > b ? a : b;
-#endif
-}
-inline simd::VecD min_or_second(simd::VecD a, simd::VecD b) {
-#if defined(__AVX512F__)
-  return _mm512_maskz_min_pd(0xff, a, b);
-#elif defined(__AVX__)
-  return _mm256_min_pd(a, b);
-#elif defined(__SSE2__)
-  return _mm_min_pd(a, b);
-#else
-  return a < b ? a : b;
-#endif
-}
 
 // x > hi ? hi : x and x < lo ? lo : x: NaN stays NaN.
 inline VecF clamp_above(VecF x, VecF hi) { return min_or_second(hi, x); }
@@ -158,7 +114,7 @@ inline VecF exp_normal(VecF x) {
 // gradual underflow down to 2^-149 and 0 below (e^-104 < 2^-150), inf beyond
 // ln(FLT_MAX). exp(-inf) = 0, exp(inf) = inf; NaN propagates.
 inline VecF exp_any(VecF x) {
-  x = clamp_above(clamp_below(x, splat<VecF>(-104.0f)), splat<VecF>(89.0f));
+  x = clamp(x, splat<VecF>(-104.0f), splat<VecF>(89.0f));
 #if defined(__AVX512F__)
   // vscalefps: e^r 2^n, rounding subnormal results correctly.
   const VecF n = _mm512_maskz_roundscale_ps(kAllLanes, x * splat<VecF>(1.44269504088896341f),
