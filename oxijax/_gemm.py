@@ -139,7 +139,7 @@ def _gemm(a: Any, b: Any, c: Any, *, trans_a: Transpose, trans_b: Transpose, alp
 
 def matmul(a: Any, b: Any) -> jax.Array:
     """``a @ b`` like ``jnp.matmul`` (1-D operands are promoted and squeezed back)."""
-    return _matmul(a, b)
+    return _MATMUL(a, b)
 
 
 @_dispatch.eager_jit()
@@ -154,3 +154,6 @@ def _matmul(a: Any, b: Any) -> jax.Array:
     if vector_a:
         result = result[..., 0, :] if not vector_b else result[..., 0]
     return result
+
+
+_MATMUL = _dispatch.with_params(_matmul)  # its jit looked up once, here

@@ -64,21 +64,26 @@ def _reduce(x: Any, *, op: ReduceOp, axis: int) -> jax.Array:
     return reduce_p.bind(x, op=op, axis=axis)
 
 
+# The named reductions, each with its op bound once (see _dispatch.with_params_but), keyed
+# by name: a str's hash is cached, an enum's is not.
+_NAMED = {op.name.lower(): _dispatch.with_params_but(_reduce, "axis", op=op) for op in ReduceOp}
+
+
 def sum(x: Any, axis: int) -> jax.Array:  # noqa: A001 - mirrors jnp.sum
     """``reduce(x, ReduceOp.SUM, axis)``."""
-    return reduce(x, ReduceOp.SUM, axis)
+    return _NAMED["sum"](x, _checks.static_int("axis", axis))
 
 
 def max(x: Any, axis: int) -> jax.Array:  # noqa: A001
     """``reduce(x, ReduceOp.MAX, axis)``."""
-    return reduce(x, ReduceOp.MAX, axis)
+    return _NAMED["max"](x, _checks.static_int("axis", axis))
 
 
 def min(x: Any, axis: int) -> jax.Array:  # noqa: A001
     """``reduce(x, ReduceOp.MIN, axis)``."""
-    return reduce(x, ReduceOp.MIN, axis)
+    return _NAMED["min"](x, _checks.static_int("axis", axis))
 
 
 def mean(x: Any, axis: int) -> jax.Array:
     """``reduce(x, ReduceOp.MEAN, axis)``."""
-    return reduce(x, ReduceOp.MEAN, axis)
+    return _NAMED["mean"](x, _checks.static_int("axis", axis))
