@@ -52,19 +52,45 @@ def median_seconds(fn: Callable, args: Sequence[Any], repeats: int) -> float:
 
 def _median_seconds(fn: Callable, args: Sequence[Any], repeats: int) -> float:
     """median_seconds, raising what fn raises."""
-    jax.block_until_ready(fn(*args))  # compile and warm up
+    calls = _calls_per_sample(fn, args)
+    return statistics.median(_sample(fn, args, calls) for _ in range(repeats))
+
+
+def _calls_per_sample(fn: Callable, args: Sequence[Any]) -> int:
+    """Compiles and warms up fn; how many back-to-back calls last ~20 ms."""
+    jax.block_until_ready(fn(*args))
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
     single = time.perf_counter() - start
-    calls = max(1, min(1000, int(0.02 / max(single, 1e-9))))
-    times = []
+    return max(1, min(1000, int(0.02 / max(single, 1e-9))))
+
+
+def _sample(fn: Callable, args: Sequence[Any], calls: int) -> float:
+    """Seconds per call over `calls` back-to-back calls, synchronised once."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / calls
+
+
+def interleaved_median_seconds(fns: dict[str, Callable], args: Sequence[Any],
+                               repeats: int) -> dict[str, float]:
+    """median_seconds of each fn, their samples taken in turn (a, b, a, b, ...): a slow
+    spell of a shared machine then hits every fn alike instead of one, which matters
+    most for the ratio of calls of a few microseconds (the eager rows)."""
+    calls: dict[str, int] = {}
+    for label, fn in fns.items():
+        try:
+            calls[label] = _calls_per_sample(fn, args)
+        except Exception:  # cannot run here: NaN, as median_seconds
+            pass
+    samples: dict[str, list[float]] = {label: [] for label in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            out = fn(*args)
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
+        for label, count in calls.items():
+            samples[label].append(_sample(fns[label], args, count))
+    return {label: statistics.median(samples[label]) if label in samples else float("nan")
+            for label in fns}
 
 
 def copy_gbps(elements: int, dtype: Any, repeats: int) -> float:
@@ -185,9 +211,11 @@ def _measure(case: _cases.Case, dtype_name: str, repeats: int, copy: float) -> d
     dtype = DTYPES[dtype_name]
     args = case.make_args(dtype)
     wrap = (lambda fn: fn) if case.eager else jax.jit
-    ours = median_seconds(wrap(case.oxijax_fn), args, repeats)
     baselines = {"XLA": case.xla_fn, **dict(case.baselines)}
-    times = {label: median_seconds(wrap(fn), args, repeats) for label, fn in baselines.items()}
+    times = interleaved_median_seconds(
+        {label: wrap(fn) for label, fn in {"oxijax": case.oxijax_fn, **baselines}.items()},
+        args, repeats)
+    ours = times.pop("oxijax")
     itemsize = jnp.dtype(dtype).itemsize
     row: dict[str, Any] = {
         "op": case.op, "dtype": dtype_name, "shape": case.shape, "oxijax_ms": ours * 1e3,
