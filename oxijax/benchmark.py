@@ -65,8 +65,11 @@ def _calls_per_sample(fn: Callable, args: Sequence[Any]) -> int:
     return max(1, min(1000, int(0.02 / max(single, 1e-9))))
 
 
-def _sample(fn: Callable, args: Sequence[Any], calls: int) -> float:
-    """Seconds per call over `calls` back-to-back calls, synchronised once."""
+def _sample(fn: Callable, args: Sequence[Any], calls: int, warm: bool = False) -> float:
+    """Seconds per call over `calls` back-to-back calls, synchronised once; with `warm`,
+    after an untimed call (caches and threads as fn leaves them, not as another fn did)."""
+    if warm:
+        jax.block_until_ready(fn(*args))
     start = time.perf_counter()
     for _ in range(calls):
         out = fn(*args)
@@ -78,7 +81,9 @@ def interleaved_median_seconds(fns: dict[str, Callable], args: Sequence[Any],
                                repeats: int) -> dict[str, float]:
     """median_seconds of each fn, their samples taken in turn (a, b, a, b, ...): a slow
     spell of a shared machine then hits every fn alike instead of one, which matters
-    most for the ratio of calls of a few microseconds (the eager rows)."""
+    most for the ratio of calls of a few microseconds (the eager rows). Each sample
+    follows an untimed call of its fn: timed right after another fn, a large op ran up
+    to 2x slower (attention after XLA's, measured on a 2-core VM)."""
     calls: dict[str, int] = {}
     for label, fn in fns.items():
         try:
@@ -88,7 +93,7 @@ def interleaved_median_seconds(fns: dict[str, Callable], args: Sequence[Any],
     samples: dict[str, list[float]] = {label: [] for label in calls}
     for _ in range(repeats):
         for label, count in calls.items():
-            samples[label].append(_sample(fns[label], args, count))
+            samples[label].append(_sample(fns[label], args, count, warm=True))
     return {label: statistics.median(samples[label]) if label in samples else float("nan")
             for label in fns}
 
