@@ -79,17 +79,13 @@ def with_params(call: Callable[..., Any], **params: Any) -> Callable[..., Any]:
 
 def with_params_but(call: Callable[..., Any], name: str, **params: Any) -> Callable[..., Any]:
     """with_params, but for param `name`, passed to each call as a plain int or str
-    (sum's axis): it keys a dict of jits, cheaper than hashing enums in jit's cache."""
-    fn, jitted = _DECORATED[call]
-    bound = tuple(params.items())
-    compiled: dict[Any, Callable[..., Any]] = {}
+    (sum's axis): a dict of with_params functions, one per value."""
+    bound: dict[Any, Callable[..., Any]] = {}
 
     def call_with_params(x: Any, value: Any) -> Any:
-        if _concrete((x,)):
-            jit = compiled.get(value)
-            if jit is None:
-                jit = compiled[value] = jitted((*bound, (name, value)))
-            return jit(x)
-        return fn(x, **params, **{name: value})
+        fn = bound.get(value)
+        if fn is None:
+            fn = bound[value] = with_params(call, **params, **{name: value})
+        return fn(x)
 
     return call_with_params
