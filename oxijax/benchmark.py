@@ -92,8 +92,11 @@ def interleaved_median_seconds(fns: dict[str, Callable], args: Sequence[Any],
             pass
     samples: dict[str, list[float]] = {label: [] for label in calls}
     for _ in range(repeats):
-        for label, count in calls.items():
-            samples[label].append(_sample(fns[label], args, count, warm=True))
+        for label in list(samples):
+            try:
+                samples[label].append(_sample(fns[label], args, calls[label], warm=True))
+            except Exception:  # e.g. out of memory on a later call: NaN, as above
+                del samples[label]
     return {label: statistics.median(samples[label]) if label in samples else float("nan")
             for label in fns}
 
