@@ -147,8 +147,9 @@ class Runner:
         return answers
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def runner(build) -> Runner:
+    """A Runner of its own per test: a failed test leaves no queued calls behind."""
     if QEMU is None:
         pytest.skip("qemu-aarch64 is not installed (Debian: apt-get install qemu-user)")
     return Runner(build / "kernel_runner")
@@ -175,27 +176,26 @@ def test_runner_runs_the_neon_kernels(runner):
 
 @dtypes
 def test_unary_and_its_gradient_on_aarch64(runner, dtype):
-    cases = []
+    forwards, grads = [], []
     for op in UnaryOp:
         for i, n in enumerate((1, 7, 1000, 4099)):
             x = host(unary_input(op, (n,), dtype, i))
-            g, t = host(unary_grad_input(op, (n,), dtype, i)), host(random((n,), dtype, i + 9))
-            cases.append((op, x, None, runner.add("unary", dtype, [x], [(x.shape, dtype)],
-                                                  [op.value, n]), None))
-            cases.append((op, g, t, None, runner.add("unary_grad", dtype, [g, t],
-                                                     [(g.shape, dtype)], [op.value, n])))
+            forwards.append((op, x, runner.add("unary", dtype, [x], [(x.shape, dtype)],
+                                               [op.value, n])))
+            x, t = host(unary_grad_input(op, (n,), dtype, i)), host(random((n,), dtype, i + 9))
+            grads.append((op, x, t, runner.add("unary_grad", dtype, [x, t], [(x.shape, dtype)],
+                                               [op.value, n])))
         x = host(SPECIAL, dtype)
-        cases.append((op, x, None, runner.add("unary", dtype, [x], [(x.shape, dtype)],
-                                              [op.value, x.size]), None))
+        forwards.append((op, x, runner.add("unary", dtype, [x], [(x.shape, dtype)],
+                                           [op.value, x.size])))
     results = runner.run()
-    for op, x, t, forward, grad in cases:
-        if forward is not None:
-            with np.errstate(all="ignore"):
-                expected = rounded(UNARY_REFERENCE[op](f64(x)), dtype)
-            assert_close(results[forward][0], expected, dtype, scale=0.0)
-        else:  # test_grad's tolerance
-            _, vjp = jax.vjp(UNARY_JNP[op], jnp.asarray(f64(x)))
-            assert_close(results[grad][0], vjp(jnp.asarray(f64(t)))[0], dtype, factor=4.0)
+    for op, x, call in forwards:
+        with np.errstate(all="ignore"):
+            expected = rounded(UNARY_REFERENCE[op](f64(x)), dtype)
+        assert_close(results[call][0], expected, dtype, scale=0.0)
+    for op, x, t, call in grads:  # test_grad's tolerance
+        _, vjp = jax.vjp(UNARY_JNP[op], jnp.asarray(f64(x)))
+        assert_close(results[call][0], vjp(jnp.asarray(f64(t)))[0], dtype, factor=4.0)
 
 
 def broadcast_params(a_shape, b_shape):
