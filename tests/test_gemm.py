@@ -78,6 +78,14 @@ def test_large_square(dtype):
     check(384, 384, 384, dtype, "N", "N")
 
 
+@pytest.mark.parametrize("trans_a,trans_b", [("N", "N"), ("T", "T")])
+def test_few_large_matrices_share_the_threads(trans_a, trans_b, dtype):
+    # Too few matrices for whole-matrix tasks to balance (3 on 2 or 16 threads): the
+    # kernel packs and computes them together, each matrix cut over all threads.
+    check(160, 200, 150, dtype, trans_a, trans_b, (3,), (3,), alpha=0.5, beta=2.0)
+    check(160, 200, 150, dtype, trans_a, trans_b, (3,), ())
+
+
 def test_nan_and_inf_propagate():
     a = jnp.asarray([[1.0, np.nan], [1.0, 2.0], [np.inf, 1.0]], jnp.float32)
     b = jnp.asarray([[1.0, 0.5], [2.0, 3.0]], jnp.float32)

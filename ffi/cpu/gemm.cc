@@ -5,12 +5,14 @@
 // A rows and B columns (all of K) each fit cache_blocks().pack, a share of L3. The threads
 // are used one of two ways:
 //  - many or small matrices: each task runs whole matrices with its own buffers;
-//  - few large matrices: one matrix at a time; per super-block all threads first pack
-//    A and B into shared buffers (one for_range), then compute equal rectangles of the
-//    output from them (a second for_range). Nothing is packed twice, and the end of a
-//    for_range is the only synchronisation needed.
+//  - few large matrices: a group of matrices at a time (one, when they are big); per
+//    super-block all threads first pack A and B into shared buffers (one for_range),
+//    then compute equal rectangles of the outputs from them (a second for_range).
+//    Nothing is packed twice, and the end of a for_range is the only synchronisation
+//    needed.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -102,19 +104,22 @@ void gemm_serial(const Plan<T>& p, const Matrices<T>& x, Workspace<T>& ws) {
   }
 }
 
-// One matrix on all threads; ws.a / ws.b are shared, written only in the pack phase.
+// `count` matrices on all threads at once; each has its own workspace, shared by the
+// threads and written only in the pack phase. Per super-block, the threads first pack
+// every matrix's A and B in pieces of about equal size (one for_range), then compute
+// equal rectangles of every matrix's output block (a second for_range).
 template <typename T>
-void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>& x,
-                   Workspace<T>& ws) {
+void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>* xs,
+                   Workspace<T>* const* ws, int64_t count) {
   using A = Acc<T>;
   constexpr int MR = Plan<T>::MR, NR = Plan<T>::NR;
-  const int64_t pieces = 4 * par.threads();
+  // Pieces per matrix: four per thread in all, at least one of A and one of B.
+  const int64_t pieces = std::max<int64_t>(2, ceil_div(4 * par.threads(), count));
   for (int64_t jb = 0; jb < p.n; jb += p.cols_big) {
     const int64_t nb = std::min(p.cols_big, p.n - jb), nw = round_up(nb, NR);
     for (int64_t ib = 0; ib < p.m; ib += p.rows_big) {
       const int64_t mb = std::min(p.rows_big, p.m - ib), mw = round_up(mb, MR);
-      // Pack phase: A's panels, and B's when this column block starts, in pieces of
-      // about equal size.
+      // Pack phase: A's panels, and B's when this column block starts.
       const bool with_b = ib == 0;
       const int64_t a_panels = mw / MR, b_panels = with_b ? nw / NR : 0;
       const double a_share = double(mw) / double(mw + (with_b ? nw : 0));
@@ -125,34 +130,36 @@ void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>& x,
       const int64_t b_chunk =
           with_b ? ceil_div(b_panels, std::min(b_panels, pieces - a_pieces)) : 1;
       const int64_t b_units = with_b ? ceil_div(b_panels, b_chunk) : 0;
+      const int64_t units = a_units + b_units;
       const int64_t unit_elems = std::max(a_chunk * MR, b_chunk * NR) * p.k;
-      par.for_range(a_units + b_units, ceil_div(kMinPackElements, unit_elems),
+      par.for_range(count * units, ceil_div(kMinPackElements, unit_elems),
                     [&](int64_t begin, int64_t end) {
-        for (int64_t u = begin; u < end; ++u) {
+        for (int64_t t = begin; t < end; ++t) {
+          const int64_t item = t / units, u = t % units;
           if (u < a_units) {
-            p.pack_a(ws.a.data(), mw, x, ib, mb, u * a_chunk * MR,
+            p.pack_a(ws[item]->a.data(), mw, xs[item], ib, mb, u * a_chunk * MR,
                      std::min(a_panels, (u + 1) * a_chunk) * MR);
           } else {
             const int64_t v = u - a_units;
-            p.pack_b(ws.b.data(), nw, x, jb, nb, v * b_chunk * NR,
+            p.pack_b(ws[item]->b.data(), nw, xs[item], jb, nb, v * b_chunk * NR,
                      std::min(b_panels, (v + 1) * b_chunk) * NR);
           }
         }
       });
-      // Compute phase: equal rectangles of the output block, one per task.
+      // Compute phase: equal rectangles of each output block, one per task.
       int64_t rc, cc;
       split_grid(a_panels, nw / NR, pieces, rc, cc);
       const int64_t rp = ceil_div(a_panels, rc), cp = ceil_div(nw / NR, cc);
       const double unit_flops = 2.0 * rc * MR * cc * NR * p.k;
-      const Target<T> t = p.target(x, ib, jb);
-      par.for_range(rp * cp, int64_t(kMinTaskFlops / unit_flops) + 1,
+      par.for_range(count * rp * cp, int64_t(kMinTaskFlops / unit_flops) + 1,
                     [&](int64_t begin, int64_t end) {
         Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<A>().mc * cc * NR);
-        for (int64_t u = begin; u < end; ++u) {
+        for (int64_t t = begin; t < end; ++t) {
+          const int64_t item = t / (rp * cp), u = t % (rp * cp);
           const int64_t r0 = (u / cp) * rc * MR, c0 = (u % cp) * cc * NR;
-          compute_region<T>(ws.a.data(), mw, ws.b.data(), nw, p.kb, r0,
-                            std::min(mb, r0 + rc * MR), c0, std::min(nb, c0 + cc * NR), t,
-                            scratch.data());
+          compute_region<T>(ws[item]->a.data(), mw, ws[item]->b.data(), nw, p.kb, r0,
+                            std::min(mb, r0 + rc * MR), c0, std::min(nb, c0 + cc * NR),
+                            p.target(xs[item], ib, jb), scratch.data());
         }
       });
     }
@@ -201,8 +208,24 @@ void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, c
   const bool split_matrices = threads > 1 && flops >= 4 * kMinTaskFlops &&
                               batch < 4 * threads && batch % threads != 0;
   if (split_matrices) {
-    Workspace<T> ws(p);
-    for (int64_t i = 0; i < batch; ++i) gemm_parallel(par, p, item(i), ws);
+    // Matrices taken together while their workspaces fit in two packed operands' budget
+    // (with 8 matrices of 256^3 on 16 threads, one matrix at a time would leave each
+    // for_range a few microseconds of work per thread).
+    const int64_t ws_elems = p.rows_big * p.k + p.cols_big * p.k;
+    const int64_t group =
+        std::clamp<int64_t>(2 * cache_blocks<A>().pack / std::max<int64_t>(1, ws_elems), 1, batch);
+    std::vector<std::unique_ptr<Workspace<T>>> owned;
+    std::vector<Workspace<T>*> ws;
+    for (int64_t g = 0; g < group; ++g) {
+      owned.push_back(std::make_unique<Workspace<T>>(p));
+      ws.push_back(owned.back().get());
+    }
+    std::vector<Matrices<T>> xs(group);
+    for (int64_t i0 = 0; i0 < batch; i0 += group) {
+      const int64_t count = std::min(group, batch - i0);
+      for (int64_t g = 0; g < count; ++g) xs[g] = item(i0 + g);
+      gemm_parallel(par, p, xs.data(), ws.data(), count);
+    }
     return;
   }
   par.for_range(batch, int64_t(kMinTaskFlops / flops) + 1, [&](int64_t begin, int64_t end) {

@@ -44,16 +44,20 @@ namespace {
 constexpr int64_t kGrain = int64_t{1} << 16;
 // inner == 1: elements folded by the independent accumulators before the pairwise tree.
 constexpr int64_t kBlock = 1024;
-// inner == 1: a longer row is reduced in parallel chunks of this many elements.
-constexpr int64_t kRowChunk = int64_t{1} << 17;
+// inner == 1: a longer row is reduced in parallel chunks of this many elements (128 KiB
+// of float32: a 16 Mi-element sum is 64 tasks of eight chunks, a few for each of 16
+// threads, so that one late thread does not hold up the rest).
+constexpr int64_t kRowChunk = int64_t{1} << 15;
 // inner > 1: axis rows folded into one accumulator vector before the pairwise tree;
 // inner tile width (accumulators kept in L1).
 constexpr int64_t kRowBlock = 64;
 constexpr int64_t kTile = 1024;
 // inner > 1: axis rows combined per pass over the accumulator vector.
 constexpr int64_t kRowsPerPass = 8;
-// inner > 1: fewer outer x tile tasks than this also splits the axis.
-constexpr int64_t kMinTasks = 8;
+// inner > 1: fewer outer x tile tasks than this also splits the axis. A constant (the
+// summation order must not depend on the thread count) that gives every thread of a
+// 16-thread machine several tasks: 4096 x 4096 over axis 0 is 4 tiles x 16 axis chunks.
+constexpr int64_t kMinTasks = 64;
 
 // inner == 1: accumulator lanes per row block: one 512-bit vector's worth on every target
 // (two AVX2 vectors, four SSE ones), so that every build sums in the same order.
@@ -329,6 +333,17 @@ void combine_into(A* acc, const A* other, int64_t w) {
   for (int64_t j = 0; j < w; ++j) acc[j] = R::combine(acc[j], other[j]);
 }
 
+// Rows p[r * stride, + w) for r < n combined pairwise into row 0: per column, the same
+// tree (and so the same result) as tree_fold with that stride.
+template <typename A, typename R>
+void tree_fold_rows(A* p, int64_t n, int64_t stride, int64_t w) {
+  if (n == 1) return;
+  const int64_t half = n / 2;
+  tree_fold_rows<A, R>(p, half, stride, w);
+  tree_fold_rows<A, R>(p + half * stride, n - half, stride, w);
+  combine_into<A, R>(p, p + half * stride, w);
+}
+
 // Slots of w accumulators that col_fold needs for `rows` rows.
 inline int64_t fold_slots(int64_t rows) {
   int64_t blocks = (rows + kRowBlock - 1) / kRowBlock, slots = 2;
@@ -458,10 +473,18 @@ void reduce_cols(const Parallel& par, int64_t outer, int64_t axis, int64_t inner
     }
   });
   if (chunks > 1) {
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i)
-        out[o * inner + i] =
-            store<T>(R::finish(tree_fold<A, R>(partial.get() + o * chunks * inner + i, chunks, inner), axis));
+    // The chunks' partials combined pairwise as tree_fold would, a whole run of inner
+    // at a time (vectorised), in parallel over outer x runs of inner.
+    const int64_t runs = (inner + kTile - 1) / kTile;
+    par.for_range(outer * runs, std::max<int64_t>(1, kGrain / (chunks * kTile)),
+                  [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t o = t / runs, i0 = t % runs * kTile, w = std::min(kTile, inner - i0);
+        A* p = partial.get() + o * chunks * inner + i0;
+        tree_fold_rows<A, R>(p, chunks, inner, w);
+        for (int64_t i = 0; i < w; ++i) out[o * inner + i0 + i] = store<T>(R::finish(p[i], axis));
+      }
+    });
   }
 }
 
