@@ -4,9 +4,9 @@ An eager oxijax call would otherwise run its trace-time checks (dtype promotion,
 checks, reshapes) op by op on concrete arrays, each an XLA dispatch of its own: ~10x
 the cost of the jnp call. Calls whose array arguments are all concrete run instead the
 same Python function under `jax.jit`, so the checks run once per shape and dtype and
-the call costs one jit dispatch. The jits are inlined (`inline=True`, as jnp's are), so
-a call with constant operands under a trace shows the oxijax primitives themselves in
-the jaxpr; calls with tracers or other arguments (lists) run the function as is.
+the call costs one jit dispatch. Under a trace (even with constant operands), and for
+tracers or other arguments (lists), the function runs as is, so that jaxprs show the
+oxijax primitives themselves: `inline=True` no longer does that from jax 0.11 on.
 """
 
 from __future__ import annotations
@@ -22,6 +22,16 @@ import numpy as np
 # added when first seen: a set lookup costs a tenth of isinstance against the ABC).
 # Anything else (lists, tracers) takes the plain path.
 _CONCRETE = {np.ndarray, float, int, bool, type(None)}
+
+
+try:  # whether no transformation or trace is active (JAX has no public query)
+    from jax._src.core import trace_ctx
+
+    _top_level: Callable[[], bool] = trace_ctx.is_top_level
+except (ImportError, AttributeError):  # other JAX versions: fall back to jit's inlining
+
+    def _top_level() -> bool:
+        return True
 
 
 def _concrete(arrays: tuple[Any, ...]) -> bool:
@@ -49,7 +59,7 @@ def eager_jit(*static: str) -> Callable[[Callable[..., Any]], Callable[..., Any]
 
         @functools.wraps(fn)
         def call(*arrays: Any, **params: Any) -> Any:
-            if _concrete(arrays):
+            if _concrete(arrays) and _top_level():
                 return jitted(tuple(params.items()))(*arrays)
             return fn(*arrays, **params)
 
@@ -70,7 +80,7 @@ def with_params(call: Callable[..., Any], **params: Any) -> Callable[..., Any]:
     compiled = jitted(tuple(params.items()))
 
     def call_with_params(*arrays: Any) -> Any:
-        if _concrete(arrays):
+        if _concrete(arrays) and _top_level():
             return compiled(*arrays)
         return fn(*arrays, **params)
 
