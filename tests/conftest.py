@@ -8,6 +8,9 @@ import os
 import jax
 
 jax.config.update("jax_enable_x64", True)
+# References built from jnp / lax ops in full float32 on a GPU too (XLA's default there
+# rounds float32 matmul and conv inputs to TF32), as oxijax's default precision is.
+jax.config.update("jax_default_matmul_precision", "highest")
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402

@@ -4,6 +4,7 @@ do not disturb others; a failed op call does not spoil later ones."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -33,8 +34,11 @@ LIMIT = textwrap.dedent("""
 
 
 def run_python(code: str) -> str:
+    """Runs `code` after LIMIT in a fresh process on the CPU platform (host memory is
+    what runs out; on a GPU machine the ops would run on the GPU)."""
     result = subprocess.run([sys.executable, "-c", LIMIT + textwrap.dedent(code)],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     return result.stdout
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -78,7 +79,8 @@ def test_exported_memory_lives_until_jax_lets_go(baseline):
         be.free(ptr)
         assert live()[0] == baseline[0] + 1  # the view keeps it
         np.testing.assert_array_equal(view, np.arange(4))
-        imported = import_jax_array(be, jnp.ones(3))  # JAX's own memory: nothing allocated
+        # JAX's own host memory: nothing allocated (a GPU array would be copied in).
+        imported = import_jax_array(be, jnp.ones(3, device=jax.devices("cpu")[0]))
         assert live()[0] == baseline[0] + 1
         be.free(imported)
     del view

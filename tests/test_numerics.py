@@ -238,6 +238,18 @@ def test_all_equal_softmax_rows_average_exactly(dtype):
         np.testing.assert_array_equal(as_f64(got), rounded(want, dtype))
 
 
+def fused_along_k(a, b):
+    """float32 a @ b as one fused multiply-add per k, in order: each product is exact in
+    float64, and the sum rounds to float32 (the double rounding cannot matter for the
+    overflowing sums this models)."""
+    a64, b64 = as_f64(a), as_f64(b)
+    acc = np.zeros((a64.shape[0], b64.shape[1]), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(a64.shape[1]):
+            acc = (a64[:, k:k + 1] * b64[k:k + 1, :] + acc).astype(np.float32)
+    return acc
+
+
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32], ids=["f16", "f32"])
 def test_huge_and_tiny_magnitudes_in_gemm_and_attention(dtype):
     big = 65504.0 if dtype == jnp.float16 else 1e30
@@ -248,12 +260,17 @@ def test_huge_and_tiny_magnitudes_in_gemm_and_attention(dtype):
     a, b = host(signs * big, dtype), host(signs.T * small, dtype)
     terms = np.abs(as_f64(a)) @ np.abs(as_f64(b))  # errors are relative to these
     assert_matches(oxijax.gemm(a, b), as_f64(a) @ as_f64(b), dtype, scale=terms)
-    # big * big overflows. With fused multiply-adds (XLA here, and every CPU kernel level
-    # but x86-64's baseline) an inf sum absorbs a later exact, finite product of the other
-    # sign; unfused, every product rounds to +-inf first and mixed signs make NaN.
-    if dtype == jnp.float32 and oxijax.BUILD_INFO["cpu_isa"] == "baseline":
+    # big * big overflows. With fused multiply-adds along k (the CUDA kernels and every
+    # CPU kernel level but x86-64's baseline) an inf sum absorbs a later exact, finite
+    # product of the other sign; unfused, every product rounds to +-inf first and mixed
+    # signs make NaN. (A library's result depends on its order: XLA:CPU's matches the
+    # fused one, cuBLAS's tree makes NaN.)
+    on_cpu = jax.default_backend() == "cpu"
+    if dtype == jnp.float32 and on_cpu and oxijax.BUILD_INFO["cpu_isa"] == "baseline":
         products = np.asarray(a)[:, None, :] * np.asarray(a)[None, :, :]  # float32, rounded
         np.testing.assert_array_equal(oxijax.gemm(a, a.T), products.sum(axis=-1))
+    elif dtype == jnp.float32:
+        np.testing.assert_array_equal(oxijax.gemm(a, a.T), fused_along_k(a, a.T))
     else:
         np.testing.assert_array_equal(oxijax.gemm(a, a.T), jnp.matmul(a, a.T))
     # Huge scores (computed in float32 even for float16 inputs) make softmax one-hot;
