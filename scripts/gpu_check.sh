@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # One-shot check on a GPU machine without internet (jax with CUDA already installed):
-# build against the installed jaxlib for that GPU only, run the GPU tests (a skip is a
-# failure there), every kernel path under compute-sanitizer (memcheck, racecheck), the
-# benchmark, the CPU kernels on that machine's CPU, then, time permitting, the whole
-# suite. Logs, JSONs of benchmark results, kernel_report.txt/.json
-# (scripts/kernel_report.py) and summary.txt (one line per step with its exit status) go
-# to $OUT when it is set; the device tool returns at most 8 files, so tar them. Budget:
-# about 10 minutes on an H200 (2026-12-04: the build alone 202 s on its 16 cores; the
-# GPU benchmark ~150 s); every step has its own time limit so that a hang cannot eat
-# the budget, and later steps run even when one fails.
+# install oxijax (a wheel carried in .gpu_wheel/, built elsewhere for this machine's
+# Python with scripts/build_gpu_wheel.sh, saves the ~200 s build; else it builds here
+# against the installed jaxlib for that GPU only), then, most important first: the GPU
+# tests (a skip is a failure there), every kernel path under compute-sanitizer, the GPU
+# benchmark, the CPU kernels on that machine's CPU, the error-path crash check, and
+# whatever time is left for the whole suite. Logs, JSONs of benchmark results,
+# kernel_report.txt/.json (scripts/kernel_report.py) and summary.txt (one line per step
+# with its exit status) go to $OUT when it is set; the device tool returns at most 8
+# files, so tar them. Every step has its own time limit, cut to what is left of the
+# whole run's GPU_CHECK_SECONDS (default 570), so that a hang cannot eat the budget;
+# later steps run even when one fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-$(mktemp -d)}"
@@ -16,10 +18,18 @@ mkdir -p "$out"
 : > "$out/summary.txt"
 failed=0
 
-# step NAME LIMIT_SECONDS COMMAND...: runs COMMAND, logs it to $out/NAME.log.
+budget="${GPU_CHECK_SECONDS:-570}"
+# step NAME LIMIT_SECONDS COMMAND...: runs COMMAND, logs it to $out/NAME.log; the limit
+# is cut to what is left of the budget, and a step with under 10 s left is not run.
 step() {
   local name="$1" limit="$2"
   shift 2
+  local left=$((budget - SECONDS))
+  [ "$limit" -gt "$left" ] && limit="$left"
+  if [ "$limit" -lt 10 ]; then
+    echo "$name: not run, no time left" | tee -a "$out/summary.txt"
+    return
+  fi
   local start=$SECONDS
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   local status=$?
@@ -31,8 +41,14 @@ step() {
 export OXIJAX_REQUIRE_GPU=1 XLA_PYTHON_CLIENT_PREALLOCATE=false OXIJAX_CUDA=ON
 export OXIJAX_CUDA_ARCHITECTURES="${OXIJAX_CUDA_ARCHITECTURES:-90-real}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-# Time limits (seconds): the whole suite gets what is left of 570 s.
-step build 270 python -m pip install --no-build-isolation --no-deps .
+wheel=$(ls .gpu_wheel/oxijax-*.whl 2>/dev/null | head -n 1)
+if [ -n "$wheel" ]; then
+  step install 60 python -m pip install --no-deps --force-reinstall "$wheel"
+  # A wheel from another machine's image may not load here (system libraries): build.
+  (cd /tmp && python -c "import oxijax._oxijax, oxijax._oxijax_interp") > "$out/wheel_import.log" 2>&1 \
+    || { echo "install: the carried wheel does not import, building" | tee -a "$out/summary.txt"; wheel=""; }
+fi
+[ -n "$wheel" ] || step build 270 python -m pip install --no-build-isolation --no-deps .
 nvidia-smi > "$out/nvidia-smi.log" 2>&1 || true
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
             /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
@@ -57,37 +73,39 @@ step build_tests 15 python -m pytest -q -p no:cacheprovider --rootdir=. test_bui
 # Every test that takes the `gpu` fixture carries the `gpu` marker (tests/conftest.py).
 step gpu_tests 140 python -m pytest -q --maxfail=20 -p no:cacheprovider "${parallel[@]}" --rootdir=. -m gpu .
 # Every kernel path once under compute-sanitizer, only oxijax's kernels instrumented:
-# memcheck (out-of-bounds, misaligned) and racecheck (shared-memory hazards).
-if [ -n "$sanitizer" ]; then
-  for tool in memcheck racecheck; do
-    step "sanitizer_$tool" 50 "$sanitizer" --tool "$tool" --error-exitcode 1 \
+# memcheck (out-of-bounds, misaligned) here, racecheck (shared-memory hazards) late.
+sanitize() {
+  if [ -n "$sanitizer" ]; then
+    step "sanitizer_$1" "$2" "$sanitizer" --tool "$1" --error-exitcode 1 \
       --kernel-name kns=oxijax python "$tour"
-  done
-else
-  echo "sanitizer: compute-sanitizer not found" | tee -a "$out/summary.txt"
-  failed=1
-fi
+  else
+    echo "sanitizer_$1: compute-sanitizer not found" | tee -a "$out/summary.txt"
+    failed=1
+  fi
+}
+sanitize memcheck 50  # 20 s on the H200
 step bench 150 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats 5 --json "$out/bench.json"
-# Training steps (fwd+bwd) against cuDNN and XLA: attention B2 H16 S4096 D128, conv2d.
-step bench_train 60 python -m oxijax bench --size gpu --dtype bfloat16 --dtype float32 \
-  --op "train step" --repeats 5 --json "$out/bench_train.json"
 # The CPU kernels on this machine's CPU (its lscpu.log says which ISA), at the
 # level the extension loads here: the op tests, then the CPU benchmark, whose JSON is
 # rewritten after every row so that a run cut off by its limit keeps what it measured.
 lscpu > "$out/lscpu.log" 2>&1 || true
+cpu_tests=(test_gemm.py test_reduce.py test_conv2d.py test_attention.py test_elementwise.py
+           test_cpu_isa.py)
 step cpu_tests 90 env JAX_PLATFORMS=cpu python -m pytest -q -x -p no:cacheprovider \
   "${parallel[@]}" --rootdir=. -m "not gpu and not cuda_interpret and not fuzz" \
-  test_gemm.py test_conv2d.py test_attention.py test_attention_grad.py test_attention_jvp.py \
-  test_elementwise.py test_reduce.py test_numerics.py test_grad.py test_cpu_isa.py \
-  -k "not under_lower_level"
-# 2026-12-04, H200 host (jax 0.11.2): processes died (SIGSEGV) when a handler returned an
-# error (the first being test_attention_grad's inconsistent-call test), never here or in
-# CI. A native backtrace of those tests at the CPU's own level and at avx2 (cuda-gdb
-# debugs host code too; the image has no gdb).
-debugger=(); command -v cuda-gdb > /dev/null && debugger=(cuda-gdb -q -batch -ex run -ex bt --args)
-# Control: does any custom-call error (here jax's own Python callback raising) crash
-# this jax build, without oxijax loaded?
-step jax_error_path 60 env JAX_PLATFORMS=cpu python -c '
+  "${cpu_tests[@]}" -k "not under_lower_level"
+step cpu_bench 90 env JAX_PLATFORMS=cpu python -m oxijax bench --dtype float32 \
+  --dtype bfloat16 --repeats 5 --json "$out/cpu_bench.json"
+# The first H200 run (2026-12-04, jax 0.11.2) saw processes die (SIGSEGV) when a handler
+# returned an error (the first being test_attention_grad's inconsistent-call test); the
+# next run, after the scratch-alignment fix, did not. Kept: a native backtrace of those
+# tests (cuda-gdb debugs host code too; the image has no gdb; -return-child-result gives
+# pytest's status), after a control: does any custom-call error (here jax's own Python
+# callback raising) crash this jax build, without oxijax loaded?
+debugger=()
+command -v cuda-gdb > /dev/null &&
+  debugger=(cuda-gdb -q -batch -return-child-result -ex run -ex bt --args)
+step jax_error_path 30 env JAX_PLATFORMS=cpu python -c '
 import jax, jax.numpy as jnp
 def fail(x):
     raise ValueError("planted")
@@ -98,17 +116,11 @@ for _ in range(50):
     except Exception:
         pass
 print("50 callback errors, no crash")'
-for level in "" avx2; do
-  step "error_paths${level:+_$level}" 60 env JAX_PLATFORMS=cpu OXIJAX_CPU_ISA="$level" \
-    "${debugger[@]}" python -m pytest -q -p no:cacheprovider --rootdir=. \
-    test_attention_grad.py test_errors.py -k "inconsistent or rejects"
-done
-step cpu_bench 90 env JAX_PLATFORMS=cpu python -m oxijax bench --dtype float32 \
-  --dtype bfloat16 --repeats 5 --json "$out/cpu_bench.json"
-left=$((570 - SECONDS))
-if [ "$left" -gt 20 ]; then
-  step tests "$left" python -m pytest -q -p no:cacheprovider "${parallel[@]}" --rootdir=. .
-else
-  echo "tests: not run, no time left" | tee -a "$out/summary.txt"
-fi
+step error_paths 60 env JAX_PLATFORMS=cpu "${debugger[@]}" python -m pytest -q \
+  -p no:cacheprovider --rootdir=. test_attention_grad.py test_errors.py -k "inconsistent or rejects"
+# Training steps (fwd+bwd) against cuDNN and XLA: attention B2 H16 S4096 D128, conv2d.
+step bench_train 60 python -m oxijax bench --size gpu --dtype bfloat16 --dtype float32 \
+  --op "train step" --repeats 5 --json "$out/bench_train.json"
+sanitize racecheck 80  # 156 of 169 paths in 50 s
+step tests 600 python -m pytest -q -p no:cacheprovider "${parallel[@]}" --rootdir=. .
 exit "$failed"
