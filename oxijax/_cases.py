@@ -104,8 +104,15 @@ def eager_cases() -> list[Case]:
     ]
 
 
+def _highest(dtype) -> jax.lax.Precision | None:
+    """XLA's precision matching oxijax's exact float32 kernels: on a GPU, XLA's default
+    rounds float32 matmul and conv inputs to TF32 (the "gemm tf32" rows compare that)."""
+    return jax.lax.Precision.HIGHEST if dtype == jnp.float32 else None
+
+
 def _conv_xla(x, w, stride=(1, 1), padding=(1, 1)):
-    return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding])
+    return jax.lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding],
+                                        precision=_highest(x.dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +177,8 @@ def cases(size: str) -> list[Case]:
         *(case for gemm_n in sizes.gemm for case in _gemm_cases(gemm_n)),
         Case("gemm T,N batched", f"8x{gemm_n // 4}^3",
              lambda t: (_normal((8, gemm_n // 4, gemm_n // 4), t, 0), _normal((8, gemm_n // 4, gemm_n // 4), t, 1)),
-             lambda a, b: oxijax.gemm(a, b, trans_a="T"), lambda a, b: jnp.swapaxes(a, -1, -2) @ b,
+             lambda a, b: oxijax.gemm(a, b, trans_a="T"),
+             lambda a, b: jnp.matmul(jnp.swapaxes(a, -1, -2), b, precision=_highest(a.dtype)),
              flops=2.0 * 8 * (gemm_n // 4) ** 3, bytes_moved=3 * 8 * (gemm_n // 4) ** 2),
         Case("conv2d 3x3 pad 1", f"{n}x{c}x{h}x{w} * {k}x{c}x3x3",
              lambda t: (_normal((n, c, h, w), t, 0), _normal((k, c, 3, 3), t, 1)),
@@ -256,9 +264,8 @@ def _conv_reference(stride: int):
     """lax.conv_general_dilated, 3x3, padding 1; float32 at precision HIGHEST (no TF32),
     like oxijax's exact float32 kernels."""
     def forward(x, w):
-        precision = jax.lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
         return jax.lax.conv_general_dilated(x, w, (stride, stride), [(1, 1), (1, 1)],
-                                            precision=precision)
+                                            precision=_highest(x.dtype))
     return forward
 
 
