@@ -11,7 +11,6 @@ exactly where x equals the result, and the weights' sum divides: the 1/2 cancels
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.interpreters import ad
