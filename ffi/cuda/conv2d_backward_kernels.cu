@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "convert.h"
+#include "divider.h"
 #include "kernels.h"
 #include "launch.h"
 #include "ptx.h"
@@ -69,28 +70,37 @@ struct DataProblem {
   const T* w;
   ConvShape s;
   Phase ph, pw;
+  // Dividers of the row index (phase pixels: Hph*Wph, then Wph) and of the depth index
+  // (taps: Th*Tw, then Tw), so that no gathered element costs a 64-bit division.
+  Divider<uint64_t> by_pixels, by_cols, by_taps, by_col_taps;
+
+  static DataProblem make(const T* dy, const T* w, const ConvShape& s, Phase ph, Phase pw) {
+    return {dy, w, s, ph, pw, divider_of(ph.count * pw.count), divider_of(pw.count),
+            divider_of(ph.taps * pw.taps), divider_of(pw.taps)};
+  }
   __device__ int64_t m() const { return s.n * ph.count * pw.count; }
   __device__ int64_t n() const { return s.c; }
   __device__ int64_t depth() const { return s.k * ph.taps * pw.taps; }
   // A[row, kk]: dy at the output (p, q) whose tap (r, t) reads the phase's pixel `row`.
   __device__ Acc<T> a(int64_t g, int64_t row, int64_t kk) const {
-    const int64_t hw = ph.count * pw.count, img = row / hw, pix = row % hw;
-    const int64_t taps = ph.taps * pw.taps, k = kk / taps, tap = kk % taps;
-    const int64_t p = ph.base + pix / pw.count - tap / pw.taps;
-    const int64_t q = pw.base + pix % pw.count - tap % pw.taps;
+    const auto [img, pix] = divmod(by_pixels, row);
+    const auto [k, tap] = divmod(by_taps, kk);
+    const auto [pix_row, pix_col] = divmod(by_cols, pix);
+    const auto [tap_row, tap_col] = divmod(by_col_taps, tap);
+    const int64_t p = ph.base + pix_row - tap_row, q = pw.base + pix_col - tap_col;
     if (p < 0 || p >= s.p || q < 0 || q >= s.q) return Acc<T>(0);
     return to_acc(dy[(((g * s.n + img) * s.k + k) * s.p + p) * s.q + q]);
   }
   __device__ Acc<T> b(int64_t g, int64_t kk, int64_t c) const {
-    const int64_t taps = ph.taps * pw.taps, k = kk / taps, tap = kk % taps;
-    const int64_t r = ph.tap0 + s.stride_h * (tap / pw.taps);
-    const int64_t t = pw.tap0 + s.stride_w * (tap % pw.taps);
+    const auto [k, tap] = divmod(by_taps, kk);
+    const auto [tap_row, tap_col] = divmod(by_col_taps, tap);
+    const int64_t r = ph.tap0 + s.stride_h * tap_row, t = pw.tap0 + s.stride_w * tap_col;
     return to_acc(w[((g * s.k + k) * s.c + c) * s.r * s.s + r * s.s + t]);
   }
   __device__ int64_t out_index(int64_t g, int64_t row, int64_t c) const {
-    const int64_t hw = ph.count * pw.count, img = row / hw, pix = row % hw;
-    const int64_t h = ph.first + s.stride_h * (pix / pw.count);
-    const int64_t x = pw.first + s.stride_w * (pix % pw.count);
+    const auto [img, pix] = divmod(by_pixels, row);
+    const auto [pix_row, pix_col] = divmod(by_cols, pix);
+    const int64_t h = ph.first + s.stride_h * pix_row, x = pw.first + s.stride_w * pix_col;
     return ((g * s.n + img) * s.c + c) * s.h * s.w + h * s.w + x;
   }
 };
@@ -101,19 +111,28 @@ struct FilterProblem {
   const T* x;
   const T* dy;
   ConvShape s;
+  // Dividers of the depth index (output pixels: P*Q, then Q) and of the column index
+  // (taps: R*S, then S), so that no gathered element costs a 64-bit division.
+  Divider<uint64_t> by_pixels, by_q, by_taps, by_s;
+
+  static FilterProblem make(const T* x, const T* dy, const ConvShape& s) {
+    return {x, dy, s, divider_of(s.p * s.q), divider_of(s.q), divider_of(s.r * s.s),
+            divider_of(s.s)};
+  }
   __device__ int64_t m() const { return s.k; }
   __device__ int64_t n() const { return s.c * s.r * s.s; }
   __device__ int64_t depth() const { return s.n * s.p * s.q; }
   __device__ Acc<T> a(int64_t g, int64_t k, int64_t j) const {
-    const int64_t pq = s.p * s.q;
-    return to_acc(dy[((g * s.n + j / pq) * s.k + k) * pq + j % pq]);
+    const auto [img, pix] = divmod(by_pixels, j);
+    return to_acc(dy[((g * s.n + img) * s.k + k) * s.p * s.q + pix]);
   }
   // B[j, col]: the input pixel that output j's window tap (r, t) of channel c reads.
   __device__ Acc<T> b(int64_t g, int64_t j, int64_t col) const {
-    const int64_t pq = s.p * s.q, rs = s.r * s.s;
-    const int64_t img = j / pq, p = j % pq / s.q, q = j % s.q;
-    const int64_t c = col / rs, tap = col % rs;
-    const int64_t h = p * s.stride_h - s.pad_h + tap / s.s, w = q * s.stride_w - s.pad_w + tap % s.s;
+    const auto [img, pix] = divmod(by_pixels, j);
+    const auto [p, q] = divmod(by_q, pix);
+    const auto [c, tap] = divmod(by_taps, col);
+    const auto [tap_row, tap_col] = divmod(by_s, tap);
+    const int64_t h = p * s.stride_h - s.pad_h + tap_row, w = q * s.stride_w - s.pad_w + tap_col;
     if (h < 0 || h >= s.h || w < 0 || w >= s.w) return Acc<T>(0);
     return to_acc(x[((g * s.n + img) * s.c + c) * s.h * s.w + h * s.w + w]);
   }
@@ -393,8 +412,9 @@ cudaError_t conv2d_backward_data(cudaStream_t stream, const ConvShape& s, const 
   // above the filter) or filters (K = 0) has depth 0 and still runs: it stores zeros.
   for (int64_t fh = 0; fh < std::min(s.stride_h, s.h); ++fh)
     for (int64_t fw = 0; fw < std::min(s.stride_w, s.w); ++fw) {
-      const DataProblem<T> pr{dy, w, s, make_phase(fh, s.h, s.r, s.stride_h, s.pad_h),
-                              make_phase(fw, s.w, s.s, s.stride_w, s.pad_w)};
+      const auto pr =
+          DataProblem<T>::make(dy, w, s, make_phase(fh, s.h, s.r, s.stride_h, s.pad_h),
+                               make_phase(fw, s.w, s.s, s.stride_w, s.pad_w));
       const int64_t depth = s.k * pr.ph.taps * pr.pw.taps;
       if (const cudaError_t status =
               launch_igemm<T>(stream, pr, s.c, s.n * pr.ph.count * pr.pw.count, s.groups, 1,
@@ -422,7 +442,7 @@ cudaError_t conv2d_backward_filter(cudaStream_t stream, const ConvShape& s, cons
   const int64_t chunk = ceil_div(ceil_div(std::max<int64_t>(depth, 1), splits), kTcBK) * kTcBK;
   auto* partial = static_cast<Acc<T>*>(workspace);
   if (const cudaError_t status =
-          launch_igemm<T>(stream, FilterProblem<T>{x, dy, s}, cols, s.k, s.groups * splits,
+          launch_igemm<T>(stream, FilterProblem<T>::make(x, dy, s), cols, s.k, s.groups * splits,
                           splits, chunk, dw, partial, out_size);
       status != cudaSuccess || splits <= 1)
     return status;

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "divider.h"
 #include "kernels.h"
 #include "launch.h"
 #include "oxijax/math.h"
@@ -187,52 +188,6 @@ cudaError_t launch_flat(cudaStream_t stream, const T* a, const T* b, T* out, int
 }
 
 // ------------------------------------------------------------ binary, general
-
-// n / d for n < 2^(bits - 1) and 1 <= d < 2^(bits - 1) by a multiply-high and a shift
-// (the round-up method of Granlund & Montgomery, as in PyTorch's IntDivider):
-// s = ceil(log2 d), m = floor(2^bits * (2^s - d) / d) + 1, n / d = (mulhi(n, m) + n) >> s.
-// mulhi(n, m) < n, so the sum does not overflow.
-template <typename I> struct Divider;
-
-template <> struct Divider<uint32_t> {
-  uint32_t d = 1, m = 1, s = 0;
-  static Divider make(uint32_t d) {
-    Divider r;
-    r.d = d;
-    while ((uint64_t{1} << r.s) < d) ++r.s;
-    r.m = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << r.s) - d)) / d + 1);
-    return r;
-  }
-  __host__ __device__ __forceinline__ uint32_t div(uint32_t n) const {
-#if defined(__CUDA_ARCH__)
-    const uint32_t hi = __umulhi(n, m);
-#else
-    const uint32_t hi = static_cast<uint32_t>((uint64_t{n} * m) >> 32);
-#endif
-    return (hi + n) >> s;
-  }
-};
-
-template <> struct Divider<uint64_t> {
-  uint64_t d = 1, m = 1;
-  uint32_t s = 0;
-  static Divider make(uint64_t d) {
-    using U128 = unsigned __int128;
-    Divider r;
-    r.d = d;
-    while ((U128{1} << r.s) < d) ++r.s;
-    r.m = static_cast<uint64_t>(((U128{1} << 64) * ((U128{1} << r.s) - d)) / d + 1);
-    return r;
-  }
-  __host__ __device__ __forceinline__ uint64_t div(uint64_t n) const {
-#if defined(__CUDA_ARCH__)
-    const uint64_t hi = __umul64hi(n, m);
-#else
-    const uint64_t hi = static_cast<uint64_t>((static_cast<unsigned __int128>(n) * m) >> 64);
-#endif
-    return (hi + n) >> s;
-  }
-};
 
 // A simplified broadcast over `items` items, dims innermost first: dim 0 counts the
 // items of a row (inner / V), its strides are per item (V * the element stride).
