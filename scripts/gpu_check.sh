@@ -89,8 +89,8 @@ step bench 150 python -m oxijax bench --dtype float32 --dtype bfloat16 --repeats
 # level the extension loads here: the op tests, then the CPU benchmark, whose JSON is
 # rewritten after every row so that a run cut off by its limit keeps what it measured.
 lscpu > "$out/lscpu.log" 2>&1 || true
-cpu_tests=(test_gemm.py test_reduce.py test_conv2d.py test_attention.py test_elementwise.py
-           test_cpu_isa.py)
+cpu_tests=(test_gemm.py test_reduce.py test_conv2d.py test_attention.py test_attention_grad.py
+           test_elementwise.py test_numerics.py test_grad.py test_cpu_isa.py)
 step cpu_tests 90 env JAX_PLATFORMS=cpu python -m pytest -q -x -p no:cacheprovider \
   "${parallel[@]}" --rootdir=. -m "not gpu and not cuda_interpret and not fuzz" \
   "${cpu_tests[@]}" -k "not under_lower_level"
