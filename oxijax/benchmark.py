@@ -84,21 +84,31 @@ def interleaved_median_seconds(fns: dict[str, Callable], args: Sequence[Any],
     most for the ratio of calls of a few microseconds (the eager rows). Each sample
     follows an untimed call of its fn: timed right after another fn, a large op ran up
     to 2x slower (attention after XLA's, measured on a 2-core VM)."""
-    calls: dict[str, int] = {}
-    for label, fn in fns.items():
+    times, _ = _interleaved({label: (fn, args) for label, fn in fns.items()}, repeats)
+    return {label: times.get(label, float("nan")) for label in fns}
+
+
+def _interleaved(calls: dict[str, tuple[Callable, Sequence[Any]]],
+                 repeats: int) -> tuple[dict[str, float], dict[str, BaseException]]:
+    """interleaved_median_seconds of fn(*args) for each label's (fn, args): the median
+    times of those that ran, and what each of the others raised (NaN and its reason)."""
+    per_sample: dict[str, int] = {}
+    errors: dict[str, BaseException] = {}
+    for label, (fn, args) in calls.items():
         try:
-            calls[label] = _calls_per_sample(fn, args)
-        except Exception:  # cannot run here: NaN, as median_seconds
-            pass
-    samples: dict[str, list[float]] = {label: [] for label in calls}
+            per_sample[label] = _calls_per_sample(fn, args)
+        except Exception as error:  # cannot run here
+            errors[label] = error
+    samples: dict[str, list[float]] = {label: [] for label in per_sample}
     for _ in range(repeats):
         for label in list(samples):
+            fn, args = calls[label]
             try:
-                samples[label].append(_sample(fns[label], args, calls[label], warm=True))
-            except Exception:  # e.g. out of memory on a later call: NaN, as above
+                samples[label].append(_sample(fn, args, per_sample[label], warm=True))
+            except Exception as error:  # e.g. out of memory on a later call
+                errors[label] = error
                 del samples[label]
-    return {label: statistics.median(samples[label]) if label in samples else float("nan")
-            for label in fns}
+    return {label: statistics.median(times) for label, times in samples.items()}, errors
 
 
 def copy_gbps(elements: int, dtype: Any, repeats: int) -> float:
@@ -270,8 +280,8 @@ def relative_difference(actual: Sequence[Any], expected: Sequence[Any]) -> float
 def _measure_training(case: _cases.TrainingCase, dtype_name: str, repeats: int,
                       copy: float) -> dict[str, Any]:
     """Runs every implementation's training step once, compares their outputs and
-    gradients with oxijax's (in oxijax's layout), then times each: jit(value_and_grad)
-    on inputs already in its native layout. One that cannot run here (cuDNN on a CPU, in
+    gradients with oxijax's (in oxijax's layout), then times them in turn:
+    jit(value_and_grad) on inputs already in each one's native layout. One that cannot run here (cuDNN on a CPU, in
     float32, or without cuDNN) is reported with the reason instead of a time."""
     dtype = DTYPES[dtype_name]
     args = case.make_args(dtype)
@@ -293,12 +303,9 @@ def _measure_training(case: _cases.TrainingCase, dtype_name: str, repeats: int,
     del results, reference  # free the outputs before timing
     tolerance = TRAINING_TOLERANCE[dtype_name]
     agree = bool(differences) and all(d <= tolerance for d in differences.values())
-    times = {}
-    for label, (step, native) in runnable.items():
-        try:
-            times[label] = _median_seconds(step, native, repeats)
-        except Exception as error:  # e.g. out of memory on the second call
-            errors[label] = _reason(error)
+    # Timed in turn, as the op rows are (e.g. out of memory on a later call: n/a).
+    times, failed = _interleaved(runnable, repeats)
+    errors.update({label: _reason(error) for label, error in failed.items()})
     nan = math.nan
     ours = times.get(case.oxijax.label, nan)
     baselines: dict[str, dict[str, Any]] = {}
