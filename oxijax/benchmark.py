@@ -281,8 +281,9 @@ def _measure_training(case: _cases.TrainingCase, dtype_name: str, repeats: int,
                       copy: float) -> dict[str, Any]:
     """Runs every implementation's training step once, compares their outputs and
     gradients with oxijax's (in oxijax's layout), then times them in turn:
-    jit(value_and_grad) on inputs already in each one's native layout. One that cannot run here (cuDNN on a CPU, in
-    float32, or without cuDNN) is reported with the reason instead of a time."""
+    jit(value_and_grad) on inputs already in each one's native layout. One that cannot
+    run here (cuDNN on a CPU, in float32, or without cuDNN) is reported with the reason
+    instead of a time."""
     dtype = DTYPES[dtype_name]
     args = case.make_args(dtype)
     implementations = (case.oxijax, *case.baselines)

@@ -110,7 +110,7 @@ void gemm_serial(const Plan<T>& p, const Matrices<T>& x, Workspace<T>& ws) {
 // equal rectangles of every matrix's output block (a second for_range).
 template <typename T>
 void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>* xs,
-                   Workspace<T>* const* ws, int64_t count) {
+                   const std::unique_ptr<Workspace<T>>* ws, int64_t count) {
   using A = Acc<T>;
   constexpr int MR = Plan<T>::MR, NR = Plan<T>::NR;
   // Pieces per matrix: four per thread in all, at least one of A and one of B.
@@ -214,12 +214,8 @@ void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, c
     const int64_t ws_elems = p.rows_big * p.k + p.cols_big * p.k;
     const int64_t group =
         std::clamp<int64_t>(2 * cache_blocks<A>().pack / std::max<int64_t>(1, ws_elems), 1, batch);
-    std::vector<std::unique_ptr<Workspace<T>>> owned;
-    std::vector<Workspace<T>*> ws;
-    for (int64_t g = 0; g < group; ++g) {
-      owned.push_back(std::make_unique<Workspace<T>>(p));
-      ws.push_back(owned.back().get());
-    }
+    std::vector<std::unique_ptr<Workspace<T>>> ws;
+    for (int64_t g = 0; g < group; ++g) ws.push_back(std::make_unique<Workspace<T>>(p));
     std::vector<Matrices<T>> xs(group);
     for (int64_t i0 = 0; i0 < batch; i0 += group) {
       const int64_t count = std::min(group, batch - i0);

@@ -4,53 +4,46 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace oxijax::cuda {
 
-// n / d for n < 2^(bits - 1) and 1 <= d < 2^(bits - 1) by a multiply-high and a shift
-// (the round-up method of Granlund & Montgomery, as in PyTorch's IntDivider):
-// s = ceil(log2 d), m = floor(2^bits * (2^s - d) / d) + 1, n / d = (mulhi(n, m) + n) >> s.
-// mulhi(n, m) < n, so the sum does not overflow.
-template <typename I> struct Divider;
-
-template <> struct Divider<uint32_t> {
-  uint32_t d = 1, m = 1, s = 0;
-  static Divider make(uint32_t d) {
-    Divider r;
-    r.d = d;
-    while ((uint64_t{1} << r.s) < d) ++r.s;
-    r.m = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << r.s) - d)) / d + 1);
-    return r;
-  }
-  __host__ __device__ __forceinline__ uint32_t div(uint32_t n) const {
+// The high half of a * b.
+__host__ __device__ __forceinline__ uint32_t mulhi(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
-    const uint32_t hi = __umulhi(n, m);
+  return __umulhi(a, b);
 #else
-    const uint32_t hi = static_cast<uint32_t>((uint64_t{n} * m) >> 32);
+  return static_cast<uint32_t>((uint64_t{a} * b) >> 32);
 #endif
-    return (hi + n) >> s;
-  }
-};
+}
+__host__ __device__ __forceinline__ uint64_t mulhi(uint64_t a, uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umul64hi(a, b);
+#else
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+#endif
+}
 
-template <> struct Divider<uint64_t> {
-  uint64_t d = 1, m = 1;
+// n / d for n < 2^(bits - 1) and 1 <= d < 2^(bits - 1) (I: uint32_t or uint64_t) by a
+// multiply-high and a shift (the round-up method of Granlund & Montgomery, as in
+// PyTorch's IntDivider): s = ceil(log2 d), m = floor(2^bits * (2^s - d) / d) + 1,
+// n / d = (mulhi(n, m) + n) >> s. mulhi(n, m) < n, so the sum does not overflow.
+template <typename I>
+struct Divider {
+  static_assert(std::is_same_v<I, uint32_t> || std::is_same_v<I, uint64_t>);
+  I d = 1, m = 1;
   uint32_t s = 0;
-  static Divider make(uint64_t d) {
-    using U128 = unsigned __int128;
+  static Divider make(I d) {
+    // Twice I's width, for the host-side computation of m.
+    using Wide = std::conditional_t<std::is_same_v<I, uint32_t>, uint64_t, unsigned __int128>;
+    constexpr int kBits = 8 * sizeof(I);
     Divider r;
     r.d = d;
-    while ((U128{1} << r.s) < d) ++r.s;
-    r.m = static_cast<uint64_t>(((U128{1} << 64) * ((U128{1} << r.s) - d)) / d + 1);
+    while ((Wide{1} << r.s) < d) ++r.s;
+    r.m = static_cast<I>(((Wide{1} << kBits) * ((Wide{1} << r.s) - d)) / d + 1);
     return r;
   }
-  __host__ __device__ __forceinline__ uint64_t div(uint64_t n) const {
-#if defined(__CUDA_ARCH__)
-    const uint64_t hi = __umul64hi(n, m);
-#else
-    const uint64_t hi = static_cast<uint64_t>((static_cast<unsigned __int128>(n) * m) >> 64);
-#endif
-    return (hi + n) >> s;
-  }
+  __host__ __device__ __forceinline__ I div(I n) const { return (mulhi(n, m) + n) >> s; }
 };
 
 // n / d and n % d of a non-negative index.
