@@ -31,6 +31,7 @@ X86_LEVEL_FLAGS = {
     "avx2": {"pni", "ssse3", "sse4_1", "sse4_2", "popcnt", "cx16", "lahf_lm", "avx",
              "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"},
     "avx512": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
+    "avx512bf16": {"avx512_bf16"},
 }
 
 
@@ -61,10 +62,11 @@ def test_the_level_in_use_is_the_best_this_cpu_runs():
 def test_x86_build_has_every_level():
     if os.environ.get("OXIJAX_CPU_LEVELS"):
         pytest.skip("built for the levels of OXIJAX_CPU_LEVELS only")
-    assert BUILD["cpu_isa_built"] == ["baseline", "avx2", "avx512"]
-    march = {"baseline": "-march=x86-64", "avx2": "-march=x86-64-v3",
-             "avx512": "-march=x86-64-v4"}[BUILD["cpu_isa"]]
-    assert march in BUILD["cpu_flags"].split()
+    assert BUILD["cpu_isa_built"] == ["baseline", "avx2", "avx512", "avx512bf16"]
+    flags = {"baseline": ["-march=x86-64"], "avx2": ["-march=x86-64-v3"],
+             "avx512": ["-march=x86-64-v4"],
+             "avx512bf16": ["-march=x86-64-v4", "-mavx512bf16"]}[BUILD["cpu_isa"]]
+    assert set(flags) <= set(BUILD["cpu_flags"].split())
     assert "-march=native" not in BUILD["cpu_flags"]
 
 
@@ -73,14 +75,14 @@ def test_detected_levels_match_proc_cpuinfo():
     """cpuid + XCR0 (isa_dispatch.cc) against the kernel's own reading of the CPU."""
     flags = cpuinfo_flags()
     expected = ["baseline"]
-    if X86_LEVEL_FLAGS["avx2"] <= flags:
-        expected.append("avx2")
-        if X86_LEVEL_FLAGS["avx512"] <= flags:
-            expected.append("avx512")
+    for level in ("avx2", "avx512", "avx512bf16"):  # each includes the one before
+        if not X86_LEVEL_FLAGS[level] <= flags:
+            break
+        expected.append(level)
     assert BUILD["cpu_isa_levels"] == [lv for lv in expected if lv in BUILD["cpu_isa_built"]]
 
 
-@pytest.mark.parametrize("level", ["unknown", "avx512"])
+@pytest.mark.parametrize("level", ["unknown", "avx512", "avx512bf16"])
 def test_forcing_a_level_the_cpu_lacks_is_a_clear_import_error(level):
     if level in BUILD["cpu_isa_levels"]:
         pytest.skip(f"this CPU runs {level}")
@@ -122,6 +124,34 @@ def test_kernel_libraries_export_only_their_table():
 
 LOWER_LEVELS = [level for level in BUILD["cpu_isa_levels"] if level != BUILD["cpu_isa"]]
 
+# Levels compiled from the same sources as the one above them, save the code under the
+# one feature macro that sets them apart, and the op tests that run that code: the
+# other op tests would run the same instructions again. Checked by
+# test_level_differences_stay_where_the_lower_level_runs_look.
+DIFFERS_ONLY_IN = {
+    # x86-64-v4 under x86-64-v4 + AVX512_BF16: the bfloat16 gemm on VDPBF16PS.
+    "avx512": ("__AVX512BF16__", ["test_gemm.py"]),
+}
+
+
+def op_tests_for(level: str) -> list[str]:
+    above = BUILD["cpu_isa_levels"][BUILD["cpu_isa_levels"].index(level) + 1]
+    if level in DIFFERS_ONLY_IN and above == BUILD["cpu_isa"]:
+        return DIFFERS_ONLY_IN[level][1]
+    return OP_TESTS
+
+
+def test_level_differences_stay_where_the_lower_level_runs_look():
+    """The feature macro of a level in DIFFERS_ONLY_IN is used by the gemm engine alone
+    (the gemm and conv2d kernels; conv2d packs float, so only gemm takes the new path)."""
+    for macro, _ in DIFFERS_ONLY_IN.values():
+        users = sorted(path.name for path in (ROOT / "ffi").rglob("*")
+                       if path.is_file() and macro in path.read_text(errors="ignore"))
+        assert users == ["gemm_microkernel.h"], users
+        engine_users = sorted(path.name for path in (ROOT / "ffi" / "cpu").glob("*.cc")
+                              if "Packed<" in path.read_text())
+        assert engine_users == ["gemm.cc"], engine_users
+
 
 @pytest.mark.skipif(not LOWER_LEVELS, reason="this CPU runs only one level of the build")
 @pytest.mark.parametrize("level", LOWER_LEVELS)
@@ -130,7 +160,7 @@ def test_op_tests_pass_under_lower_level(level, tmp_path):
     runs on the best level), so CI checks every level its CPU runs against the references."""
     env = dict(os.environ, OXIJAX_CPU_ISA=level)
     tests = [f"{__file__}::test_the_level_in_use_is_the_best_this_cpu_runs",
-             *(str(ROOT / "tests" / name) for name in OP_TESTS)]
+             *(str(ROOT / "tests" / name) for name in op_tests_for(level))]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
          "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),

@@ -86,9 +86,17 @@ def test_few_large_matrices_share_the_threads(trans_a, trans_b, dtype):
     check(160, 200, 150, dtype, trans_a, trans_b, (3,), ())
 
 
-def test_nan_and_inf_propagate():
-    a = jnp.asarray([[1.0, np.nan], [1.0, 2.0], [np.inf, 1.0]], jnp.float32)
-    b = jnp.asarray([[1.0, 0.5], [2.0, 3.0]], jnp.float32)
+@pytest.mark.parametrize("trans_a,trans_b", [("N", "N"), ("T", "T"), ("N", "T"), ("T", "N")])
+def test_long_odd_k_over_several_k_blocks(trans_a, trans_b, dtype):
+    # K odd and several cache blocks deep: bfloat16 packed as pairs of K steps
+    # (AVX512_BF16) pads the last pair, and every block boundary falls on a pair.
+    check(37, 45, 1999, dtype, trans_a, trans_b, alpha=0.5, beta=1.5)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
+def test_nan_and_inf_propagate(dtype):
+    a = jnp.asarray([[1.0, np.nan], [1.0, 2.0], [np.inf, 1.0]], dtype)
+    b = jnp.asarray([[1.0, 0.5], [2.0, 3.0]], dtype)
     out = f64(oxijax.gemm(a, b))
     with np.errstate(invalid="ignore"):  # inf * 0 is NaN on purpose
         expected = f64(a) @ f64(b)

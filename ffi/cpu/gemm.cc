@@ -40,9 +40,11 @@ struct Matrices {
 template <typename T>
 struct Plan {
   using A = Acc<T>;
+  using P = Packed<T>;
   static constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
 
   int64_t m, n, k;
+  int64_t kp;  // K in packed elements (P), the depth of a packed row or column
   // op(a)(i, kk) = a[i * a_rs + kk * a_cs];  op(b)(kk, j) = b[j * b_rs + kk * b_cs].
   int64_t a_rs, a_cs, b_rs, b_cs;
   int64_t ldc;  // row stride of out and c
@@ -51,17 +53,18 @@ struct Plan {
   int64_t rows_big, cols_big;  // super-block size, multiples of MR / NR
 
   explicit Plan(const GemmShape& s)
-      : m(s.m), n(s.n), k(s.k),
+      : m(s.m), n(s.n), k(s.k), kp(ceil_div(s.k, kStepsPer<P>)),
         a_rs(s.trans_a ? 1 : s.a_ld()), a_cs(s.trans_a ? s.a_ld() : 1),
         b_rs(s.trans_b ? s.b_ld() : 1), b_cs(s.trans_b ? 1 : s.b_ld()),
         ldc(s.out_ld()),
-        alpha(A(s.alpha)), beta(A(s.beta)), kb(s.k, cache_blocks<A>().kc) {
-    const CacheBlocks& blocks = cache_blocks<A>();
-    rows_big = even_block(m, blocks.pack / k, MR);
+        alpha(A(s.alpha)), beta(A(s.beta)), kb(kp, cache_blocks<P>().kc) {
+    const CacheBlocks& blocks = cache_blocks<P>();
+    rows_big = even_block(m, blocks.pack / kp, MR);
     // Half types also hold an MC-row stripe of the super-block in float
     // (compute_region), kept within the same budget.
-    const int64_t col_limit =
-        std::is_same_v<T, A> ? blocks.pack / k : std::min(blocks.pack / k, blocks.pack / blocks.mc);
+    const int64_t col_limit = std::is_same_v<T, A>
+                                  ? blocks.pack / kp
+                                  : std::min(blocks.pack / kp, blocks.pack / blocks.mc);
     cols_big = even_block(n, col_limit, NR);
   }
 
@@ -69,23 +72,35 @@ struct Plan {
     return {x.out + ib * ldc + jb, x.c != nullptr ? x.c + ib * ldc + jb : nullptr, ldc, alpha,
             beta};
   }
-  void pack_a(A* dst, int64_t width, const Matrices<T>& x, int64_t ib, int64_t rows,
+  void pack_a(P* dst, int64_t width, const Matrices<T>& x, int64_t ib, int64_t rows,
               int64_t i0, int64_t i1) const {
-    pack_panels<MR>(dst, width, x.a + ib * a_rs, a_rs, a_cs, rows, i0, i1, kb);
+    pack<MR>(dst, width, x.a + ib * a_rs, a_rs, a_cs, rows, i0, i1);
   }
-  void pack_b(A* dst, int64_t width, const Matrices<T>& x, int64_t jb, int64_t cols,
+  void pack_b(P* dst, int64_t width, const Matrices<T>& x, int64_t jb, int64_t cols,
               int64_t j0, int64_t j1) const {
-    pack_panels<NR>(dst, width, x.b + jb * b_rs, b_rs, b_cs, cols, j0, j1, kb);
+    pack<NR>(dst, width, x.b + jb * b_rs, b_rs, b_cs, cols, j0, j1);
+  }
+
+ private:
+  template <int R>
+  void pack(P* dst, int64_t width, const T* src, int64_t rs, int64_t cs, int64_t rows,
+            int64_t i0, int64_t i1) const {
+    if constexpr (std::is_same_v<P, BfPair>)
+      pack_panels<R>(dst, width, src, rs, cs, rows, i0, i1, kb, k);
+    else
+      pack_panels<R>(dst, width, src, rs, cs, rows, i0, i1, kb);
   }
 };
 
 template <typename T>
 struct Workspace {
   using A = Acc<T>;
-  Scratch<A> a, b, scratch;
+  using P = Packed<T>;
+  Scratch<P> a, b;
+  Scratch<A> scratch;
   explicit Workspace(const Plan<T>& p)
-      : a(p.rows_big * p.k), b(p.cols_big * p.k),
-        scratch(std::is_same_v<T, A> ? 0 : cache_blocks<A>().mc * p.cols_big) {}
+      : a(p.rows_big * p.kp), b(p.cols_big * p.kp),
+        scratch(std::is_same_v<T, A> ? 0 : cache_blocks<P>().mc * p.cols_big) {}
 };
 
 // One matrix on the calling thread.
@@ -131,7 +146,7 @@ void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>* xs,
           with_b ? ceil_div(b_panels, std::min(b_panels, pieces - a_pieces)) : 1;
       const int64_t b_units = with_b ? ceil_div(b_panels, b_chunk) : 0;
       const int64_t units = a_units + b_units;
-      const int64_t unit_elems = std::max(a_chunk * MR, b_chunk * NR) * p.k;
+      const int64_t unit_elems = std::max(a_chunk * MR, b_chunk * NR) * p.kp;
       par.for_range(count * units, ceil_div(kMinPackElements, unit_elems),
                     [&](int64_t begin, int64_t end) {
         for (int64_t t = begin; t < end; ++t) {
@@ -153,7 +168,7 @@ void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>* xs,
       const double unit_flops = 2.0 * rc * MR * cc * NR * p.k;
       par.for_range(count * rp * cp, int64_t(kMinTaskFlops / unit_flops) + 1,
                     [&](int64_t begin, int64_t end) {
-        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<A>().mc * cc * NR);
+        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<Packed<T>>().mc * cc * NR);
         for (int64_t t = begin; t < end; ++t) {
           const int64_t item = t / (rp * cp), u = t % (rp * cp);
           const int64_t r0 = (u / cp) * rc * MR, c0 = (u % cp) * cc * NR;
@@ -211,9 +226,9 @@ void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, c
     // Matrices taken together while their workspaces fit in two packed operands' budget
     // (with 8 matrices of 256^3 on 16 threads, one matrix at a time would leave each
     // for_range a few microseconds of work per thread).
-    const int64_t ws_elems = p.rows_big * p.k + p.cols_big * p.k;
-    const int64_t group =
-        std::clamp<int64_t>(2 * cache_blocks<A>().pack / std::max<int64_t>(1, ws_elems), 1, batch);
+    const int64_t ws_elems = p.rows_big * p.kp + p.cols_big * p.kp;
+    const int64_t group = std::clamp<int64_t>(
+        2 * cache_blocks<Packed<T>>().pack / std::max<int64_t>(1, ws_elems), 1, batch);
     std::vector<std::unique_ptr<Workspace<T>>> ws;
     for (int64_t g = 0; g < group; ++g) ws.push_back(std::make_unique<Workspace<T>>(p));
     std::vector<Matrices<T>> xs(group);

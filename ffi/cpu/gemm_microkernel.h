@@ -2,9 +2,10 @@
 // are packed into panels (A in MR-row panels, B in NR-column panels, both cut into
 // KC-deep blocks and zero padded), and an MR x NR register-tiled micro-kernel runs
 // over them. Half types are widened to float while packing, so the micro-kernels only
-// exist for float and double. The register tile is fixed per instruction set; the
-// cache blocks (KC, MC, the packed super-block size) follow the running machine's
-// cache sizes.
+// exist for float and double, except where the CPU has AVX512_BF16: there gemm packs
+// bfloat16 as pairs of K steps for VDPBF16PS (Packed<T>). The register tile is fixed
+// per instruction set; the cache blocks (KC, MC, the packed super-block size) follow
+// the running machine's cache sizes.
 //
 // Packed layout of an operand with `width` rows (A) or columns (B), padded to the
 // panel size P: for K block b (start k0, depth kc) the panel starting at row i lives
@@ -58,6 +59,31 @@ template <> struct Blocking<double> { static constexpr int kMR = 6, kNR = 2 * kV
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// ---------------------------------------------------------------- packed elements
+
+// Two bfloat16 of consecutive K steps (the lower step in the low half), the operand
+// element of VDPBF16PS: acc += a.lo * b.lo + a.hi * b.hi per float lane. Panels of
+// pairs are laid out like panels of floats over K / 2 (rounded up) steps.
+struct BfPair {
+  uint32_t bits;
+};
+
+// The element type gemm packs T into: bfloat16 pairs where the CPU has AVX512_BF16
+// (twice the products per instruction of float FMAs; products of two bfloat16 are
+// exact in float either way, but VDPBF16PS treats subnormal inputs and results as
+// zero), else T's accumulator type (half types widened while packing).
+#if defined(__AVX512BF16__)
+inline constexpr bool kBf16Pairs = true;
+#else
+inline constexpr bool kBf16Pairs = false;
+#endif
+template <typename T>
+using Packed = std::conditional_t<kBf16Pairs && std::is_same_v<T, bfloat16>, BfPair, Acc<T>>;
+
+// K steps per packed element.
+template <typename P>
+inline constexpr int64_t kStepsPer = std::is_same_v<P, BfPair> ? 2 : 1;
+
 // ---------------------------------------------------------------- cache blocks
 
 // The cache blocks of the running machine (cache_info.h), by BLIS's rules:
@@ -78,10 +104,12 @@ struct CacheBlocks {
 // the packed slivers are not absurdly long, whatever the cache sizes claim.
 inline constexpr int64_t kMinKC = 64, kMaxKC = 1024;
 
-template <typename A>
+// P: the packed element type (kc and pack count P elements; a BfPair holds two K steps).
+template <typename P>
 const CacheBlocks& cache_blocks() {
   static const CacheBlocks blocks = [] {
-    constexpr int64_t MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, size = sizeof(A);
+    using A = Acc<P>;
+    constexpr int64_t MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, size = sizeof(P);
     const CacheSizes& c = cache_sizes();
     const int64_t kc = std::clamp<int64_t>(c.l1d / ((MR + NR) * size) / 8 * 8, kMinKC,
                                            kMaxKC);
@@ -312,15 +340,19 @@ inline void transpose_panel_8(float* d, const T* s, int64_t rs) {
 #endif
 
 #if defined(__AVX512F__)
-// d[kk * ld + ii] = s[ii * rs + kk] for ii < rows <= 16, kk < 16: up to sixteen rows of
-// 16 floats transposed in registers (lanes past `rows` are neither loaded nor stored).
+// d[kk * ld + ii] = row ii's value kk for ii < rows <= 16, kk < 16, where row ii holds
+// 16 32-bit values at s + ii * row_bytes: up to sixteen rows transposed in registers
+// (lanes past `rows` are neither loaded nor stored). Only moves bits: it serves float
+// and bfloat16 pairs alike.
 // (GCC 12 wrongly reports the shuffle intrinsics' internal _mm512_undefined_ps() as
 // uninitialised: bug 105593.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
-inline void transpose_16(float* d, int64_t ld, const float* s, int64_t rs, int rows) {
+inline void transpose_16(float* d, int64_t ld, const void* s, int64_t row_bytes, int rows) {
+  const auto* bytes = static_cast<const char*>(s);
   __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(s + i * rs) : _mm512_setzero_ps();
+  for (int i = 0; i < 16; ++i)
+    r[i] = i < rows ? _mm512_loadu_ps(bytes + i * row_bytes) : _mm512_setzero_ps();
   for (int i = 0; i < 16; i += 2) {  // pairs of rows interleaved
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
@@ -360,7 +392,7 @@ int64_t transpose_steps([[maybe_unused]] A* d, [[maybe_unused]] const T* s,
   if constexpr (std::is_same_v<T, float>) {
     for (; kk + 16 <= kc; kk += 16)
       for (int ii = 0; ii < P; ii += 16)
-        transpose_16(d + kk * P + ii, P, s + ii * rs + kk, rs, std::min(16, P - ii));
+        transpose_16(d + kk * P + ii, P, s + ii * rs + kk, rs * 4, std::min(16, P - ii));
     return kk;
   }
 #endif
@@ -436,6 +468,65 @@ void pack_panels(A* dst, int64_t width, const T* src, int64_t rs, int64_t cs, in
     }
   }
 }
+
+#if defined(__AVX512BF16__)
+// d[j] = the pairs (row0[j], row1[j]) for j < P: two source rows (K steps) of a panel
+// interleaved, 16 columns at a time (the last vector masked where P is no multiple).
+template <int P>
+inline void interleave_rows(BfPair* d, const bfloat16* row0, const bfloat16* row1) {
+  for (int j = 0; j < P; j += 16) {
+    const int n = std::min(16, P - j);
+    const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
+    const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, row0 + j));
+    const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, row1 + j));
+    _mm512_mask_storeu_epi32(d + j, mask, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+  }
+}
+
+// pack_panels for bfloat16 pairs: kb counts pairs (K / 2 rounded up), k is K itself;
+// the pair of the last K step of an odd K is padded with a zero.
+template <int P>
+void pack_panels(BfPair* dst, int64_t width, const bfloat16* src, int64_t rs, int64_t cs,
+                 int64_t rows, int64_t i0, int64_t i1, const KBlocks& kb, int64_t k) {
+  const auto value = [&](int64_t i, int64_t kk) -> uint32_t {
+    return i < rows && kk < k ? src[i * rs + kk * cs].bits : 0;
+  };
+  for (int64_t b = 0; b < kb.count; ++b) {
+    const int64_t p0 = kb.begin(b), kc = kb.depth(b);
+    BfPair* block = dst + p0 * width;
+    // Pairs wholly inside K; panels whose P rows all exist.
+    const int64_t whole = std::clamp<int64_t>(k / 2 - p0, 0, kc);
+    const int64_t full_end = std::clamp<int64_t>(i0 + (rows - i0) / P * P, i0, i1);
+    int64_t done = 0;  // pairs of the full panels packed in registers
+    if (cs == 1 && rs != 1) {
+      // K contiguous: each pair is one 32-bit word of a source row; transpose them.
+      done = whole / 16 * 16;
+      for (int64_t i = i0; i < full_end; i += P)
+        for (int64_t pp = 0; pp < done; pp += 16)
+          for (int ii = 0; ii < P; ii += 16)
+            transpose_16(reinterpret_cast<float*>(block + i * kc + pp * P + ii), P,
+                         src + (i + ii) * rs + 2 * (p0 + pp), rs * 2, std::min(16, P - ii));
+    } else if (rs == 1) {
+      // Panel dimension contiguous: two source rows at a time across all full panels,
+      // so that the source streams in order.
+      done = whole;
+      for (int64_t pp = 0; pp < done; ++pp) {
+        const bfloat16* row0 = src + 2 * (p0 + pp) * cs;
+        for (int64_t i = i0; i < full_end; i += P)
+          interleave_rows<P>(block + i * kc + pp * P, row0 + i, row0 + cs + i);
+      }
+    }
+    for (int64_t i = i0; i < i1; i += P) {
+      BfPair* d = block + i * kc;
+      for (int64_t pp = i < full_end ? done : 0; pp < kc; ++pp) {
+        const int64_t kk = 2 * (p0 + pp);
+        for (int ii = 0; ii < P; ++ii)
+          d[pp * P + ii].bits = value(i + ii, kk) | value(i + ii, kk + 1) << 16;
+      }
+    }
+  }
+}
+#endif
 
 // ---------------------------------------------------------------- micro-kernels
 //
@@ -551,6 +642,30 @@ inline void multiply_steps(int64_t steps, const A* a, const A* b, V (&acc)[MR][N
   }
 }
 
+#if defined(__AVX512BF16__)
+// acc += (MR x steps sliver of A pairs) @ (steps x NR micro-panel of B pairs): each
+// VDPBF16PS adds two K steps' products to 16 float lanes.
+template <typename V, int MR, int NV>
+inline void multiply_steps(int64_t steps, const BfPair* a, const BfPair* b, V (&acc)[MR][NV]) {
+  constexpr int L = 16;
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < steps; ++k) {
+    _mm_prefetch(reinterpret_cast<const char*>(a + kPrefetchSteps * MR), _MM_HINT_T0);
+    __m512bh bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + v * L);
+#pragma GCC unroll 64
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32(int(a[i].bits));
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+    }
+    a += MR;
+    b += NV * L;
+  }
+}
+#endif
+
 // A full tile: alpha * acc (+ beta * src) stored as whole vectors.
 template <typename A, typename V, int MR, int NV>
 inline void store_tile(const V (&acc)[MR][NV], A* dst, int64_t ldd, const A* src, int64_t lds,
@@ -609,8 +724,9 @@ inline void store_edge_tile(const V (&acc)[MR][NV], A* dst, int64_t ldd, const A
 #endif
 }
 
-template <typename A>
-void micro_kernel(int64_t kc, const A* __restrict a, const A* __restrict b, A* dst,
+// P: the packed element type; its accumulator type A is what dst holds.
+template <typename P, typename A = Acc<P>>
+void micro_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
                   int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
   using S = Simd<A>;
   using V = typename S::V;
@@ -649,8 +765,8 @@ inline V madd(V a, V b, V c) {
   return c + a * b;
 }
 
-template <typename A>
-void micro_kernel(int64_t kc, const A* __restrict a, const A* __restrict b, A* dst,
+template <typename P, typename A = Acc<P>>
+void micro_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
                   int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
   using V = typename Vec<A>::type;
   constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, L = kVecBytes / sizeof(A);
@@ -690,25 +806,26 @@ struct Target {
 };
 
 // Computes rows [r0, r1) x columns [c0, c1) of the product of packed A (a_width rows)
-// and packed B (b_width columns) over all of K. r0 and c0 are multiples of MR and NR;
-// t.out / t.c point at element (0, 0). For half types, `scratch` (MC * (c1 - c0)
-// floats) accumulates an MC-row stripe in float, rounded once when it is stored.
-template <typename T>
-void compute_region(const Acc<T>* ap, int64_t a_width, const Acc<T>* bp, int64_t b_width,
+// and packed B (b_width columns) over all of K, both packed as P (kb counts P steps).
+// r0 and c0 are multiples of MR and NR; t.out / t.c point at element (0, 0). For half
+// types, `scratch` (cache_blocks<P>().mc * (c1 - c0) floats) accumulates an MC-row
+// stripe in float, rounded once when it is stored.
+template <typename T, typename P = Acc<T>>
+void compute_region(const P* ap, int64_t a_width, const P* bp, int64_t b_width,
                     const KBlocks& kb, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                     const Target<T>& t, Acc<T>* scratch) {
   using A = Acc<T>;
   constexpr bool kDirect = std::is_same_v<T, A>;
   constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
-  const int64_t mc = cache_blocks<A>().mc;
+  const int64_t mc = cache_blocks<P>().mc;
   const int64_t ls = c1 - c0;  // scratch row length
   for (int64_t ic = r0; ic < r1; ic += mc) {
     const int64_t ie = std::min(ic + mc, r1);
     for (int64_t blk = 0; blk < kb.count; ++blk) {
       const int64_t k0 = kb.begin(blk), kc = kb.depth(blk);
       const bool first = blk == 0;
-      const A* ablk = ap + k0 * a_width;
-      const A* bblk = bp + k0 * b_width;
+      const P* ablk = ap + k0 * a_width;
+      const P* bblk = bp + k0 * b_width;
       for (int64_t jr = c0; jr < c1; jr += NR) {
         const int nr = static_cast<int>(std::min<int64_t>(NR, c1 - jr));
         for (int64_t ir = ic; ir < ie; ir += MR) {
@@ -716,11 +833,11 @@ void compute_region(const Acc<T>* ap, int64_t a_width, const Acc<T>* bp, int64_t
           if constexpr (kDirect) {
             A* dst = t.out + ir * t.ld + jr;
             const A* src = first ? (t.beta != A(0) ? t.c + ir * t.ld + jr : nullptr) : dst;
-            micro_kernel<A>(kc, ablk + ir * kc, bblk + jr * kc, dst, t.ld, src, t.ld, t.alpha,
+            micro_kernel<P>(kc, ablk + ir * kc, bblk + jr * kc, dst, t.ld, src, t.ld, t.alpha,
                             first ? t.beta : A(1), mr, nr);
           } else {
             A* dst = scratch + (ir - ic) * ls + (jr - c0);
-            micro_kernel<A>(kc, ablk + ir * kc, bblk + jr * kc, dst, ls, dst, ls, t.alpha,
+            micro_kernel<P>(kc, ablk + ir * kc, bblk + jr * kc, dst, ls, dst, ls, t.alpha,
                             first ? A(0) : A(1), mr, nr);
           }
         }

@@ -18,11 +18,13 @@ namespace {
 #if defined(__x86_64__) || defined(_M_X64)
 
 // The x86-64 micro-architecture levels the libraries are compiled for (-march=x86-64-vN
-// may use any instruction of its level), read from cpuid, with the OS's consent for
-// the vector registers' state (XCR0) as the AVX and AVX-512 levels require.
+// may use any instruction of its level; avx512bf16 adds AVX512_BF16), read from cpuid,
+// with the OS's consent for the vector registers' state (XCR0) as the AVX and AVX-512
+// levels require.
 struct X86Levels {
   bool v3 = false;  // AVX, AVX2, BMI1, BMI2, F16C, FMA, LZCNT, MOVBE (+ the v2 set)
-  bool v4 = false;  // AVX-512 F, BW, CD, DQ, VL
+  bool v4 = false;       // AVX-512 F, BW, CD, DQ, VL
+  bool v4_bf16 = false;  // + AVX512_BF16
 };
 
 bool bit(unsigned reg, int n) { return (reg >> n) & 1u; }
@@ -45,6 +47,7 @@ X86Levels detect_x86_levels() {
   if (__get_cpuid(0x80000001u, &a, &b, &ext_c, &d) == 0) return levels;
   unsigned b7 = 0, c7 = 0;
   if (!__get_cpuid_count(7, 0, &a, &b7, &c7, &d)) return levels;
+  const unsigned leaf7_subleaves = a;  // the highest subleaf of leaf 7
   const uint64_t xcr0 = read_xcr0();
   const bool ymm_state = (xcr0 & 0x6) == 0x6;    // XMM and YMM
   const bool zmm_state = (xcr0 & 0xe6) == 0xe6;  // + opmask, ZMM0-15 upper halves, ZMM16-31
@@ -54,11 +57,15 @@ X86Levels detect_x86_levels() {
               bit(b7, 8) /*BMI2*/;
   levels.v4 = levels.v3 && zmm_state && bit(b7, 16) /*AVX512F*/ && bit(b7, 17) /*DQ*/ &&
               bit(b7, 28) /*CD*/ && bit(b7, 30) /*BW*/ && bit(b7, 31) /*VL*/;
+  unsigned a7_1 = 0, b7_1, c7_1, d7_1;
+  if (levels.v4 && leaf7_subleaves >= 1 && __get_cpuid_count(7, 1, &a7_1, &b7_1, &c7_1, &d7_1))
+    levels.v4_bf16 = bit(a7_1, 5) /*AVX512_BF16*/;
   return levels;
 }
 
 bool cpu_runs(const std::string& level) {
   static const X86Levels cpu = detect_x86_levels();
+  if (level == "avx512bf16") return cpu.v4_bf16;
   if (level == "avx512") return cpu.v4;
   if (level == "avx2") return cpu.v3;
   return level == "baseline";
