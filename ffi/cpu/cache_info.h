@@ -13,15 +13,14 @@
 namespace oxijax::cpu {
 
 struct CacheSizes {
-  int64_t l1d;  // bytes of one core's L1 data cache
-  int64_t l2;   // bytes of one core's L2
-  int64_t l3;   // bytes of the L3 a core shares with its neighbours
+  int64_t l2;  // bytes of one core's L2
+  int64_t l3;  // bytes of the L3 a core shares with its neighbours
 };
 
 namespace cache_detail {
 
 // Typical sizes where the C library cannot tell.
-inline constexpr CacheSizes kFallback{int64_t{32} << 10, int64_t{512} << 10, int64_t{8} << 20};
+inline constexpr CacheSizes kFallback{int64_t{512} << 10, int64_t{8} << 20};
 // sysconf reports the whole package's L3 on some CPUs (AMD EPYC: every core complex's,
 // while a core only caches in its own complex's, at most 32 MiB so far).
 inline constexpr int64_t kMaxL3 = int64_t{32} << 20;
@@ -37,9 +36,7 @@ inline const CacheSizes& cache_sizes() {
   static const CacheSizes sizes = [] {
     using namespace cache_detail;
     CacheSizes s = kFallback;
-#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE) && \
-    defined(_SC_LEVEL3_CACHE_SIZE)
-    s.l1d = sysconf_or(_SC_LEVEL1_DCACHE_SIZE, s.l1d);
+#if defined(_SC_LEVEL2_CACHE_SIZE) && defined(_SC_LEVEL3_CACHE_SIZE)
     s.l2 = sysconf_or(_SC_LEVEL2_CACHE_SIZE, s.l2);
     s.l3 = sysconf_or(_SC_LEVEL3_CACHE_SIZE, s.l3);
 #endif
