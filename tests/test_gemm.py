@@ -88,9 +88,10 @@ def test_few_large_matrices_share_the_threads(trans_a, trans_b, dtype):
 
 @pytest.mark.parametrize("trans_a,trans_b", [("N", "N"), ("T", "T"), ("N", "T"), ("T", "N")])
 def test_long_odd_k_over_several_k_blocks(trans_a, trans_b, dtype):
-    # K odd and several cache blocks deep: bfloat16 packed as pairs of K steps
-    # (AVX512_BF16) pads the last pair, and every block boundary falls on a pair.
-    check(37, 45, 1999, dtype, trans_a, trans_b, alpha=0.5, beta=1.5)
+    # K odd and several cache blocks deep (KC is at most 1024 packed elements, and a
+    # packed element of bfloat16 under AVX512_BF16 is a pair of K steps): the last pair
+    # is padded, and every block boundary falls on a pair.
+    check(37, 45, 4999, dtype, trans_a, trans_b, alpha=0.5, beta=1.5)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
