@@ -180,6 +180,46 @@ def test_conv2d_grad_dtypes(case, dtype):
     compare_grads(conv_fn(*case[2:]), conv_reference(*case[2:]), conv_inputs(case, dtype), dtype)
 
 
+FILTER_GRAD_CASES = [  # (N, C, H, W), (K, R, S), stride, padding
+    ((3, 5, 23, 19), (7, 3, 3), (1, 1), (1, 1)),  # rows wrap and images end mid-vector
+    ((2, 2, 64, 64), (3, 3, 3), (1, 1), (1, 1)),  # one task, several K blocks of pixels
+    ((1, 256, 4, 4), (128, 3, 3), (1, 1), (1, 1)),  # few pixels: tasks split the columns
+    ((4, 3, 6, 5), (2, 2, 3), (1, 1), (0, 1)),  # rows shorter than a vector: many runs
+    ((3, 4, 17, 21), (5, 3, 3), (2, 2), (1, 1)),  # stride 2: gathered lane by lane
+    ((2, 40, 9, 9), (33, 1, 1), (1, 1), (0, 0)),  # K and C*R*S past whole register tiles
+    ((2, 3, 11, 13), (4, 3, 5), (1, 3), (3, 0)),  # padding rows, stride 3 columns
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32, jnp.bfloat16, jnp.float16],
+                         ids=["f64", "f32", "bf16", "f16"])
+@pytest.mark.parametrize("case", FILTER_GRAD_CASES, ids=str)
+def test_conv2d_filter_gradient(case, dtype):
+    """The filter gradient (a GEMM over every image's output pixels, packed straight from
+    x and dy) against XLA's in float64, with a NaN in x reaching exactly the taps that
+    read it."""
+    x, w = conv_inputs(case, dtype)
+    x = x.at[-1, 0, x.shape[2] // 2, 1].set(jnp.nan)
+    ct = random(jax.eval_shape(conv_reference(*case[2:]), x, w).shape, dtype, 9)
+    got = jax.vjp(lambda w: conv_fn(*case[2:])(x, w), w)[1](ct)[0]
+    expected = jax.vjp(lambda w: conv_reference(*case[2:])(jnp.asarray(f64(x)), w),
+                       jnp.asarray(f64(w)))[1](jnp.asarray(f64(ct)))[0]
+    assert got.dtype == w.dtype and np.isnan(f64(got)).any()
+    assert_close(got, f64(expected), dtype, factor=4.0)
+
+
+def test_conv2d_filter_gradient_vmapped():
+    """vmap over images and weights together folds into the kernel's groups."""
+    case = FILTER_GRAD_CASES[0]
+    x, w = conv_inputs(case, jnp.float32)
+    xs, ws = jnp.stack([x, -x, 0.5 * x]), jnp.stack([w, 2 * w, -w])
+    loss = lambda conv: lambda x, w: (conv(*case[2:])(x, w) ** 2).sum()  # noqa: E731
+    grad = lambda conv: jax.vmap(jax.grad(loss(conv), argnums=1))  # noqa: E731
+    got = jax.jit(grad(conv_fn))(xs, ws)
+    expected = grad(conv_reference)(jnp.asarray(f64(xs)), jnp.asarray(f64(ws)))
+    assert_close(got, f64(expected), jnp.float32, factor=4.0)
+
+
 # ---------------------------------------------------------------- JAX's conventions
 
 

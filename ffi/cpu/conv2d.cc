@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "conv2d_taps.h"
 #include "gemm_microkernel.h"
 #include "kernels.h"
 
@@ -15,18 +16,12 @@ namespace oxijax::cpu {
 namespace {
 
 using namespace gemm_detail;
+using conv_detail::Run;
+using conv_detail::tap_runs;
 
 constexpr double kMinTaskFlops = double(1 << 21);
 // Elements of a task's packed im2col slice (C*R*S x columns): about half of L2.
 constexpr int64_t kSliceElements = int64_t{1} << 17;
-
-// Lanes [a, b) of a panel row whose inputs lie inside the image: lane j reads
-// img[c * H * W + off + (j - a) * stride_w] for channel c. `bits` has bits a .. b-1 set.
-struct Run {
-  int64_t off;
-  int32_t a, b;
-  uint32_t bits;
-};
 
 #if defined(OXIJAX_GEMM_X86_KERNEL)
 // Float / double with stride_w == 1 and at most two runs per panel row (an NR-column
@@ -75,28 +70,10 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
   const int64_t taps = s.r * s.s, hw = s.h * s.w;
   [[maybe_unused]] const bool masked = kMaskedCopy<T> && s.stride_w == 1;
   for (int64_t jp = 0; jp < width; jp += NR) {
-    // The runs of every filter tap (r, t): the panel's columns split where they wrap
-    // to the next output row, clipped to the image.
+    // The runs of every filter tap (r, t) over the panel's columns.
     const int64_t end = std::min(cols, jp + NR);
-    for (int64_t tap = 0; tap < taps; ++tap) {
-      const int64_t r = tap / s.s, t = tap % s.s;
-      int n = 0;
-      for (int64_t j = jp; j < end;) {
-        const int64_t p = (j0 + j) / s.q, q0 = (j0 + j) % s.q;
-        const int64_t len = std::min(s.q - q0, end - j);
-        const int64_t h = p * s.stride_h - s.pad_h + r;
-        const int64_t w0 = q0 * s.stride_w - s.pad_w + t;  // input column of column q0
-        const int64_t lo = std::min(len, w0 >= 0 ? 0 : ceil_div(-w0, s.stride_w));
-        const int64_t hi = std::min(len, w0 < s.w ? ceil_div(s.w - w0, s.stride_w) : 0);
-        if (h >= 0 && h < s.h && lo < hi) {
-          const int32_t a = int32_t(j - jp + lo), b = int32_t(j - jp + hi);
-          const uint32_t bits = uint32_t((uint64_t{1} << b) - (uint64_t{1} << a));
-          runs[tap * NR + n++] = {h * s.w + w0 + lo * s.stride_w, a, b, bits};
-        }
-        j += len;
-      }
-      counts[tap] = n;
-    }
+    for (int64_t tap = 0; tap < taps; ++tap)
+      counts[tap] = tap_runs(s, tap / s.s, tap % s.s, j0 + jp, 0, end - jp, 0, runs + tap * NR);
     const bool fast = masked && *std::max_element(counts, counts + taps) <= 2;
     for (int64_t b = 0; b < kb.count; ++b) {
       const int64_t k0 = kb.begin(b), kc = kb.depth(b);

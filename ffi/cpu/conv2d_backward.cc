@@ -1,19 +1,16 @@
-// conv2d's backward passes, in the accumulator type A = Acc<T> (half types are widened
-// once, so every sum runs in float32):
+// conv2d's data gradient, in the accumulator type A = Acc<T> (half types are widened
+// once, so every sum runs in float32; the filter gradient is conv2d_filter_grad.cc):
 //  - data, stride 1: a forward conv2d of dy with the filter flipped in space and its
 //            channel axes swapped, padded by R - 1 - pad (the fast implicit-GEMM kernel);
 //  - data, otherwise: GEMMs on cpu::gemm, a chunk of images at a time so that the column
 //            matrices stay within kColumnBudget elements: dcol[i] (CRS x PQ) =
 //            w^T (CRS x K) @ dy[i] (K x PQ), then col2im adds each column entry back onto
 //            the input pixel it was read from;
-//  - filter: dw (K x CRS) += dy (K x nb*PQ) @ im2col(x)^T (nb*PQ x CRS), the images of a
-//            chunk side by side so one GEMM contracts over images and pixels together.
 // Padding and stride gaps are skipped (rows outside the image, columns outside
 // inside_columns), so pixels no window reads get 0.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <utility>
 
 #include "gemm_microkernel.h"
 #include "kernels.h"
@@ -45,57 +42,6 @@ Columns inside_columns(const ConvShape& s, int64_t t) {
   return {lo, std::clamp<int64_t>(last >= 0 ? last / s.stride_w + 1 : 0, lo, s.q)};
 }
 
-// row[q] = load(src[2 q]) for q in [lo, hi), with whole vectors from lo up to the
-// returned q: the even lanes of sixteen consecutive values, which stay at or below
-// src[2 hi - 3], inside the row that the caller's range covers.
-template <typename T, typename A>
-int64_t gather_stride2([[maybe_unused]] A* row, [[maybe_unused]] const T* src, int64_t lo,
-                       [[maybe_unused]] int64_t hi) {
-  int64_t q = lo;
-#if defined(__AVX2__)
-  if constexpr (std::is_same_v<T, float>) {
-    for (; q + 8 < hi; q += 8) {
-      const __m256 a = _mm256_loadu_ps(src + 2 * q), b = _mm256_loadu_ps(src + 2 * q + 8);
-      // Lanes a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pairs in order.
-      const __m256 even = _mm256_shuffle_ps(a, b, 0x88);
-      const __m256d pairs = _mm256_permute4x64_pd(_mm256_castps_pd(even), 0xd8);
-      _mm256_storeu_ps(row + q, _mm256_castpd_ps(pairs));
-    }
-  }
-#endif
-  return q;
-}
-
-// One image plane's rows of the column matrix: row (r * S + t), column p * Q + q holds
-// the input pixel that output (p, q) reads through tap (r, t), or 0 in the padding; rows
-// are `ld` elements apart.
-template <typename T, typename A>
-void im2col_rows(const ConvShape& s, const T* plane, A* rows, int64_t ld) {
-  for (int64_t r = 0; r < s.r; ++r)
-    for (int64_t t = 0; t < s.s; ++t) {
-      A* row = rows + (r * s.s + t) * ld;
-      const Columns in = inside_columns(s, t);
-      for (int64_t p = 0; p < s.p; ++p, row += s.q) {
-        const int64_t h = p * s.stride_h - s.pad_h + r;
-        if (h < 0 || h >= s.h) {
-          std::fill(row, row + s.q, A(0));
-          continue;
-        }
-        const T* src = plane + h * s.w - s.pad_w + t;
-        std::fill(row, row + in.lo, A(0));
-        if (s.stride_w == 1) {  // a contiguous copy, which the compiler vectorises
-          for (int64_t q = in.lo; q < in.hi; ++q) row[q] = load(src[q]);
-        } else if (s.stride_w == 2) {
-          for (int64_t q = gather_stride2(row, src, in.lo, in.hi); q < in.hi; ++q)
-            row[q] = load(src[2 * q]);
-        } else {
-          for (int64_t q = in.lo; q < in.hi; ++q) row[q] = load(src[q * s.stride_w]);
-        }
-        std::fill(row + in.hi, row + s.q, A(0));
-      }
-    }
-}
-
 // dst[2 q] += src[q] for q in [lo, hi), with whole vectors from lo up to the returned q:
 // eight values interleaved with zeros make sixteen consecutive addends, so the stride-2
 // scatter is two plain vector additions (adding +0 leaves every sum as it was). The
@@ -121,8 +67,9 @@ int64_t add_stride2([[maybe_unused]] A* dst, [[maybe_unused]] const A* src, int6
   return q;
 }
 
-// The adjoint of im2col_rows: adds every entry of one image plane's rows of the column
-// matrix onto the input pixel it was read from.
+// col2im: adds every entry of one image plane's rows of the column matrix (row r * S + t,
+// column p * Q + q: what output (p, q) reads through tap (r, t); rows `ld` elements
+// apart) onto the input pixel it was read from.
 template <typename A>
 void col2im_rows(const ConvShape& s, const A* rows, int64_t ld, A* __restrict plane) {
   for (int64_t r = 0; r < s.r; ++r)
@@ -236,59 +183,9 @@ void conv2d_backward_data(const Parallel& par, const ConvShape& s, const T* dy, 
   }
 }
 
-template <typename T>
-void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x, const T* dy,
-                            T* dw) {
-  using A = Acc<T>;
-  const int64_t hw = s.h * s.w, pq = s.p * s.q, crs = s.c * s.r * s.s, rs = s.r * s.s;
-  if (s.groups * s.k * crs == 0) return;
-  if (s.n * pq == 0) return fill_zero(par, dw, s.groups * s.k * crs);
-  const int64_t nb = chunk_images(s);
-  Scratch<A> col(crs * nb * pq), dyc(s.k * nb * pq), sum(s.k * crs), next(s.k * crs);
-  for (int64_t g = 0; g < s.groups; ++g) {
-    A* total = sum.data();
-    A* spare = next.data();
-    for (int64_t i0 = 0; i0 < s.n; i0 += nb) {
-      const int64_t count = std::min(nb, s.n - i0), image0 = g * s.n + i0, width = count * pq;
-      // im2col with the chunk's images side by side: row crs, column i * PQ + pixel.
-      par.for_range(count * s.c, std::max<int64_t>(1, kGrain / (rs * pq)),
-                    [&](int64_t begin, int64_t end) {
-        for (int64_t u = begin; u < end; ++u) {
-          const int64_t i = u / s.c, c = u % s.c;
-          const T* plane = x + ((image0 + i) * s.c + c) * hw;
-          im2col_rows(s, plane, col.data() + c * rs * width + i * pq, width);
-        }
-      });
-      // dy of the chunk as K x (images * PQ): one image's dy already is, in float32/64.
-      const A* dy_chunk = reinterpret_cast<const A*>(dy + image0 * s.k * pq);
-      if (!std::is_same_v<T, A> || count > 1) {
-        par.for_range(s.k * count, std::max<int64_t>(1, kGrain / pq), [&](int64_t begin, int64_t end) {
-          for (int64_t u = begin; u < end; ++u) {
-            const int64_t k = u / count, i = u % count;
-            const T* src = dy + ((image0 + i) * s.k + k) * pq;
-            A* dst = dyc.data() + k * width + i * pq;
-            gemm_detail::widen(dst, src, pq);
-          }
-        });
-        dy_chunk = dyc.data();
-      }
-      const bool first = i0 == 0;
-      gemm<A>(par, plain_gemm(s.k, crs, width, false, /*trans_b=*/true, first ? 0.0 : 1.0),
-              dy_chunk, col.data(), first ? nullptr : total, spare);
-      std::swap(total, spare);
-    }
-    T* out = dw + g * s.k * crs;
-    par.for_range(s.k * crs, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-      for (int64_t e = begin; e < end; ++e) out[e] = store<T>(total[e]);
-    });
-  }
-}
-
 #define OXIJAX_INSTANTIATE(T)                                                                  \
   template void conv2d_backward_data<T>(const Parallel&, const ConvShape&, const T*, const T*, \
-                                        T*);                                                   \
-  template void conv2d_backward_filter<T>(const Parallel&, const ConvShape&, const T*,         \
-                                          const T*, T*);
+                                        T*);
 OXIJAX_FOR_EACH_DTYPE(OXIJAX_INSTANTIATE)
 #undef OXIJAX_INSTANTIATE
 

@@ -1,0 +1,275 @@
+// conv2d's filter gradient as a GEMM whose operands are packed straight from dy and x:
+//   dw[g] (K x C*R*S) = dy[g] (K x steps) @ im2col(x[g])^T (steps x C*R*S),
+// where the contraction runs over the steps = N * P * Q output pixels of all images.
+// A is dy, packed like any K-contiguous operand (register transposes of MR channel rows).
+// B's columns are im2col rows (one channel c and tap (r, t) each): a panel's K steps are
+// gathered L at a time, each column's L output pixels as one or two masked vector loads
+// from x (conv2d_taps.h's runs, the same for every channel of a tap), then transposed
+// in registers into the panel. No im2col matrix is written, and each B panel is
+// multiplied while it is still in cache.
+//
+// Threads split the steps: each task sums its range into a private K x CRS partial, and
+// the partials are added up at the end. When there are few steps and many columns,
+// tasks split the columns too.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "conv2d_taps.h"
+#include "gemm_microkernel.h"
+#include "kernels.h"
+
+namespace oxijax::cpu {
+namespace {
+
+using namespace gemm_detail;
+using conv_detail::lane_address;
+using conv_detail::Run;
+
+constexpr double kMinTaskFlops = double(1 << 21);
+// Elements of all tasks' partial sums together, at most (unless one partial is larger).
+constexpr int64_t kPartialBudget = int64_t{1} << 24;
+
+// K steps gathered and transposed at a time: one float vector's lanes.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
+
+// col[l] = the input pixel that lane l's output pixel reads through the runs (of one
+// channel's plane), 0 outside them, for l < kLanes.
+template <typename T, typename A>
+inline void gather_column(A* col, const T* plane, const Run* run, int count, int64_t stride_w) {
+  if (stride_w == 1 && count <= 2) {
+#if defined(OXIJAX_GEMM_X86_KERNEL)
+    if constexpr (std::is_same_v<T, A>) {  // float, double: masked loads of T itself
+      using S = Simd<A>;
+      constexpr int V = S::kLanes;
+#pragma GCC unroll 2
+      for (int v = 0; v < kLanes / V; ++v) {
+        typename S::V x = S::zero();
+        for (int i = 0; i < count; ++i)
+          x = S::mask_load(x, S::lanes(run[i].bits >> (v * V)), lane_address(plane, run[i], v * V));
+        S::store(col + v * V, x);
+      }
+      return;
+    }
+#endif
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    if constexpr (sizeof(T) == 2) {  // half types: masked 16-bit loads, widened after
+      __m256i bits = _mm256_setzero_si256();
+      for (int i = 0; i < count; ++i)
+        bits = _mm256_mask_loadu_epi16(bits, __mmask16(run[i].bits),
+                                       lane_address(plane, run[i], 0));
+      if constexpr (std::is_same_v<T, bfloat16>)
+        _mm512_storeu_ps(col, _mm512_castsi512_ps(
+                                  _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)));
+      else
+        _mm512_storeu_ps(col, _mm512_cvtph_ps(bits));
+      return;
+    }
+#elif defined(__AVX2__)
+    if constexpr (kLoad8<T>) {  // no masked 16-bit loads: whole runs only
+      if (count == 1 && run[0].bits == (uint32_t{1} << kLanes) - 1) {
+        store8(col, load8(plane + run[0].off));
+        return;
+      }
+    }
+#endif
+  }
+  std::fill(col, col + kLanes, A(0));
+  for (int i = 0; i < count; ++i) {
+    const T* src = plane + run[i].off;
+    if (stride_w == 1) {
+      widen(col + run[i].a, src, run[i].b - run[i].a);
+    } else {
+      for (int l = run[i].a; l < run[i].b; ++l) col[l] = load(src[(l - run[i].a) * stride_w]);
+    }
+  }
+}
+
+// d[l * NR + j] = tile[j * kLanes + l]: kLanes K steps of an NR-column panel from
+// NR gathered columns.
+template <int NR, typename A>
+inline void transpose_tile(A* d, const A* tile) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<A, float>) {
+    for (int j = 0; j < NR; j += 16) transpose_16(d + j, NR, tile + j * kLanes, 4 * kLanes, 16);
+    return;
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {
+    for (int j = 0; j < NR; j += 8) transpose_8<8>(d + j, NR, tile + j * kLanes, kLanes);
+    return;
+  }
+#endif
+  for (int l = 0; l < kLanes; ++l)
+    for (int j = 0; j < NR; ++j) d[l * NR + j] = tile[j * kLanes + l];
+}
+
+// One task's view of the problem (one group).
+template <typename T>
+struct FilterGrad {
+  using A = Acc<T>;
+  static constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
+
+  const ConvShape& s;
+  const T* x;   // the group's images, [N, C, H, W]
+  const T* dy;  // the group's output gradients, [N, K, P, Q]
+  int64_t taps, hw, pq, crs, mw;
+
+  FilterGrad(const ConvShape& s_, const T* x_, const T* dy_)
+      : s(s_), x(x_), dy(dy_), taps(s.r * s.s), hw(s.h * s.w), pq(s.p * s.q),
+        crs(s.c * s.r * s.s), mw(round_up(s.k, MR)) {}
+
+  // Packs steps [k0, k0 + kc) of dy as MR-row panels (rows past K and steps past `end`
+  // are zeros): a[i * kc + kk * MR + ii] = dy[k = i + ii, step k0 + kk].
+  void pack_dy(A* a, int64_t k0, int64_t kc, int64_t end) const {
+    for (int64_t i = 0; i < mw; i += MR) {
+      A* panel = a + i * kc;
+      const int64_t valid = std::clamp<int64_t>(s.k - i, 0, MR);
+      const int64_t stop = std::min(end, k0 + kc);
+      for (int64_t step = k0; step < stop;) {  // image by image
+        const int64_t n = step / pq, pix = step % pq, len = std::min(pq - pix, stop - step);
+        A* d = panel + (step - k0) * MR;
+        const T* src = dy + (n * s.k + i) * pq + pix;
+        const int64_t kk0 = valid == MR ? transpose_steps<MR>(d, src, pq, len) : 0;
+        for (int64_t ii = 0; ii < valid; ++ii)
+          for (int64_t kk = kk0; kk < len; ++kk) d[kk * MR + ii] = load(src[ii * pq + kk]);
+        for (int64_t ii = valid; ii < MR; ++ii)
+          for (int64_t kk = 0; kk < len; ++kk) d[kk * MR + ii] = A(0);
+        step += len;
+      }
+      std::fill(panel + (stop - k0) * MR, panel + kc * MR, A(0));
+    }
+  }
+
+  // The runs of every tap for each group of kLanes steps from k0 (kc of them, a
+  // multiple of kLanes): those of group u and tap `tap` are runs[first[u * taps + tap]]
+  // up to runs[first[u * taps + tap + 1]].
+  void find_runs(int64_t k0, int64_t kc, int64_t end, std::vector<Run>& runs,
+                 std::vector<int32_t>& first) const {
+    const int64_t groups = kc / kLanes;
+    runs.resize(groups * taps * kLanes);
+    first.resize(groups * taps + 1);
+    int32_t count = 0;
+    for (int64_t u = 0; u < groups; ++u) {
+      const int64_t g0 = k0 + u * kLanes;
+      for (int64_t tap = 0; tap < taps; ++tap) {
+        first[u * taps + tap] = count;
+        for (int64_t l = 0; l < kLanes && g0 + l < end;) {  // image by image
+          const int64_t step = g0 + l, n = step / pq, pix = step % pq;
+          const int64_t len = std::min({pq - pix, kLanes - l, end - step});
+          count += conv_detail::tap_runs(s, tap / s.s, tap % s.s, pix, int(l), len,
+                                         n * s.c * hw, runs.data() + count);
+          l += len;
+        }
+      }
+    }
+    first[groups * taps] = count;
+  }
+
+  // Packs the NR-column panel of im2col^T starting at column j0 over kc steps.
+  void pack_x(A* b, int64_t j0, int64_t kc, const std::vector<Run>& runs,
+              const std::vector<int32_t>& first) const {
+    alignas(64) A tile[NR * kLanes];
+    for (int64_t u = 0; u < kc / kLanes; ++u) {
+      const int32_t* at = first.data() + u * taps;
+      int64_t c = j0 / taps, tap = j0 % taps;
+      for (int j = 0; j < NR; ++j) {
+        A* col = tile + j * kLanes;
+        if (c < s.c)
+          gather_column(col, x + c * hw, runs.data() + at[tap], at[tap + 1] - at[tap],
+                        s.stride_w);
+        else
+          std::fill(col, col + kLanes, A(0));
+        if (++tap == taps) tap = 0, ++c;
+      }
+      transpose_tile<NR>(b + u * kLanes * NR, tile);
+    }
+  }
+
+  // partial[:, c0:c1] (K x CRS, leading dimension crs) = the sum over steps [s0, s1).
+  void run(A* partial, int64_t s0, int64_t s1, int64_t c0, int64_t c1) const {
+    // K blocks of equal depth (a multiple of kLanes; the last may be shorter).
+    const int64_t blocks = ceil_div(s1 - s0, cache_blocks<A>().kc);
+    const int64_t depth = round_up(ceil_div(s1 - s0, blocks), kLanes);
+    Scratch<A> a(mw * depth), b(depth * NR);
+    std::vector<Run> runs;
+    std::vector<int32_t> first;
+    for (int64_t k0 = s0; k0 < s1; k0 += depth) {
+      const int64_t kc = round_up(std::min(depth, s1 - k0), kLanes);
+      const bool first_block = k0 == s0;
+      pack_dy(a.data(), k0, kc, s1);
+      find_runs(k0, kc, s1, runs, first);
+      for (int64_t jp = c0; jp < c1; jp += NR) {
+        pack_x(b.data(), jp, kc, runs, first);
+        const int nr = int(std::min<int64_t>(NR, c1 - jp));
+        for (int64_t ir = 0; ir < s.k; ir += MR) {
+          A* dst = partial + ir * crs + jp;
+          micro_kernel<A>(kc, a.data() + ir * kc, b.data(), dst, crs, first_block ? nullptr : dst,
+                          crs, A(1), first_block ? A(0) : A(1),
+                          int(std::min<int64_t>(MR, s.k - ir)), nr);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x, const T* dy,
+                            T* dw) {
+  using A = Acc<T>;
+  constexpr int NR = Blocking<A>::kNR;
+  const int64_t pq = s.p * s.q, crs = s.c * s.r * s.s, size = s.k * crs;
+  const int64_t steps = s.n * pq;
+  if (s.groups * size == 0) return;
+  if (steps == 0) {
+    par.for_range(s.groups * size, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) dw[e] = store<T>(A(0));
+    });
+    return;
+  }
+  // Tasks: ranges of steps (each with its own partial sum) times ranges of column panels.
+  const int64_t panels = ceil_div(crs, NR);
+  const double flops = 2.0 * double(s.k) * double(crs) * double(steps);
+  const int64_t want = std::clamp<int64_t>(int64_t(flops / kMinTaskFlops), 1, 2 * par.threads());
+  const int64_t step_chunk = round_up(
+      ceil_div(steps, std::clamp<int64_t>(std::min(want, kPartialBudget / size), 1, steps)),
+      kLanes);
+  const int64_t step_tasks = ceil_div(steps, step_chunk);  // none is empty
+  const int64_t col_tasks = std::min(panels, ceil_div(want, step_tasks));
+  const int64_t panel_chunk = ceil_div(panels, col_tasks);
+  Scratch<A> partials(step_tasks * size);
+  for (int64_t g = 0; g < s.groups; ++g) {
+    const FilterGrad<T> problem(s, x + g * s.n * s.c * s.h * s.w, dy + g * s.n * s.k * pq);
+    par.for_range(step_tasks * col_tasks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t u = begin; u < end; ++u) {
+        const int64_t st = u / col_tasks, ct = u % col_tasks;
+        const int64_t s0 = st * step_chunk, c0 = ct * panel_chunk * NR;
+        problem.run(partials.data() + st * size, s0, std::min(steps, s0 + step_chunk), c0,
+                    std::min(crs, c0 + panel_chunk * NR));
+      }
+    });
+    T* out = dw + g * size;
+    par.for_range(size, int64_t{1} << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) {
+        A sum = partials.data()[e];
+        for (int64_t t = 1; t < step_tasks; ++t) sum += partials.data()[t * size + e];
+        out[e] = store<T>(sum);
+      }
+    });
+  }
+}
+
+#define OXIJAX_INSTANTIATE(T)                                                          \
+  template void conv2d_backward_filter<T>(const Parallel&, const ConvShape&, const T*, \
+                                          const T*, T*);
+OXIJAX_FOR_EACH_DTYPE(OXIJAX_INSTANTIATE)
+#undef OXIJAX_INSTANTIATE
+
+}  // namespace oxijax::cpu
