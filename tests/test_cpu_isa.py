@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pathlib
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -124,33 +125,39 @@ def test_kernel_libraries_export_only_their_table():
 
 LOWER_LEVELS = [level for level in BUILD["cpu_isa_levels"] if level != BUILD["cpu_isa"]]
 
-# Levels compiled from the same sources as the one above them, save the code under the
-# one feature macro that sets them apart, and the op tests that run that code: the
-# other op tests would run the same instructions again. Checked by
-# test_level_differences_stay_where_the_lower_level_runs_look.
+# Levels whose level above compiles only a few sources itself (taking the rest as this
+# level's objects): the level above, the one feature macro that sets it apart, and the
+# op tests that run that code: the other op tests would run the same instructions
+# again. Checked by test_level_differences_stay_where_the_lower_level_runs_look.
 DIFFERS_ONLY_IN = {
-    # x86-64-v4 under x86-64-v4 + AVX512_BF16: the bfloat16 gemm on VDPBF16PS.
-    "avx512": ("__AVX512BF16__", ["test_gemm.py"]),
+    # x86-64-v4 under x86-64-v4 + AVX512_BF16: the bfloat16 gemm and conv2d (the forward,
+    # and the stride-1 data gradient that runs it) on VDPBF16PS.
+    "avx512": ("avx512bf16", "__AVX512BF16__", ["test_gemm.py", "test_conv2d.py", "test_grad.py"]),
 }
 
 
 def op_tests_for(level: str) -> list[str]:
     above = BUILD["cpu_isa_levels"][BUILD["cpu_isa_levels"].index(level) + 1]
-    if level in DIFFERS_ONLY_IN and above == BUILD["cpu_isa"]:
-        return DIFFERS_ONLY_IN[level][1]
+    if level in DIFFERS_ONLY_IN and above == BUILD["cpu_isa"] == DIFFERS_ONLY_IN[level][0]:
+        return DIFFERS_ONLY_IN[level][2]
     return OP_TESTS
 
 
 def test_level_differences_stay_where_the_lower_level_runs_look():
-    """The feature macro of a level in DIFFERS_ONLY_IN is used by the gemm engine alone
-    (the gemm and conv2d kernels; conv2d packs float, so only gemm takes the new path)."""
-    for macro, _ in DIFFERS_ONLY_IN.values():
-        users = sorted(path.name for path in (ROOT / "ffi").rglob("*")
-                       if path.is_file() and macro in path.read_text(errors="ignore"))
-        assert users == ["gemm_microkernel.h"], users
-        engine_users = sorted(path.name for path in (ROOT / "ffi" / "cpu").glob("*.cc")
-                              if "Packed<" in path.read_text())
-        assert engine_users == ["gemm.cc"], engine_users
+    """The level above a DIFFERS_ONLY_IN entry compiles exactly the sources that pack for
+    its instructions (Packed<T>; CMakeLists.txt: OXIJAX_CPU_LEVEL_OWN_SOURCES_*), and its
+    feature macro appears nowhere else but in the gemm engine."""
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    own = {m.group(1): sorted(pathlib.Path(p).name for p in m.group(2).split())
+           for m in re.finditer(r"set\(OXIJAX_CPU_LEVEL_OWN_SOURCES_(\w+) ([^)]*)\)", cmake)}
+    assert sorted(own) == sorted(above for above, _, _ in DIFFERS_ONLY_IN.values()), own
+    engine_users = sorted(path.name for path in (ROOT / "ffi" / "cpu").glob("*.cc")
+                          if "Packed<" in path.read_text())
+    for above, macro, _ in DIFFERS_ONLY_IN.values():
+        assert engine_users == own[above], engine_users
+        users = {path.name for path in (ROOT / "ffi").rglob("*")
+                 if path.is_file() and macro in path.read_text(errors="ignore")}
+        assert users <= {"gemm_microkernel.h", *own[above]}, users
 
 
 @pytest.mark.skipif(not LOWER_LEVELS, reason="this CPU runs only one level of the build")

@@ -2,7 +2,9 @@
 // n, out[g, n] (K x P*Q) = w[g] (K x C*R*S) @ im2col(x[g, n]) (C*R*S x P*Q).
 // The weights are packed once per group and shared by all tasks; each task owns a
 // range of output columns of one image and packs just that slice of the im2col
-// matrix straight from x, so no full im2col buffer ever exists.
+// matrix straight from x, so no full im2col buffer ever exists. Where the CPU has
+// AVX512_BF16, bfloat16 is packed as pairs of consecutive im2col rows for VDPBF16PS,
+// like gemm's operands (Packed<T>); else it is widened to float.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -16,6 +18,7 @@ namespace oxijax::cpu {
 namespace {
 
 using namespace gemm_detail;
+using conv_detail::lane_address;
 using conv_detail::Run;
 using conv_detail::tap_runs;
 
@@ -112,11 +115,64 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
   }
 }
 
+#if defined(__AVX512BF16__)
+// The 32 bfloat16 of one im2col row over a panel (a channel's plane through one tap's
+// runs) as the 16-bit lanes of a vector, zeros outside the runs.
+inline __m512i gather_row(const bfloat16* plane, const Run* run, int count, int64_t stride_w) {
+  if (stride_w == 1) {  // one masked load per run
+    __m512i row = _mm512_setzero_si512();
+    for (int i = 0; i < count; ++i)
+      row = _mm512_mask_loadu_epi16(row, __mmask32(run[i].bits), lane_address(plane, run[i], 0));
+    return row;
+  }
+  alignas(64) uint16_t row[32] = {};
+  for (int i = 0; i < count; ++i)
+    for (int j = run[i].a; j < run[i].b; ++j)
+      row[j] = plane[run[i].off + (j - run[i].a) * stride_w].bits;
+  return _mm512_load_si512(row);
+}
+
+// pack_im2col as bfloat16 pairs (kb counts pairs): pair kk of column j holds rows 2 kk
+// and 2 kk + 1 of the im2col matrix (a zero past its last row), as VDPBF16PS takes them.
+template <int NR>
+void pack_im2col(BfPair* dst, int64_t width, const bfloat16* img, const ConvShape& s,
+                 int64_t j0, int64_t cols, const KBlocks& kb, Run* runs, int* counts) {
+  static_assert(NR == 32, "one 16-bit lane per column of a 512-bit vector");
+  const int64_t taps = s.r * s.s, hw = s.h * s.w, rows = s.c * taps;
+  const auto row = [&](int64_t k) {
+    if (k >= rows) return _mm512_setzero_si512();
+    const int64_t tap = k % taps;
+    return gather_row(img + k / taps * hw, runs + tap * NR, counts[tap], s.stride_w);
+  };
+  // Sixteen pairs: the 32-bit lanes lo | hi << 16 of two rows' 16-bit lanes.
+  const auto interleave = [](__m256i lo, __m256i hi) {
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+  };
+  for (int64_t jp = 0; jp < width; jp += NR) {
+    const int64_t end = std::min(cols, jp + NR);
+    for (int64_t tap = 0; tap < taps; ++tap)
+      counts[tap] = tap_runs(s, tap / s.s, tap % s.s, j0 + jp, 0, end - jp, 0, runs + tap * NR);
+    for (int64_t b = 0; b < kb.count; ++b) {
+      const int64_t p0 = kb.begin(b), kc = kb.depth(b);
+      BfPair* d = dst + p0 * width + jp * kc;
+      for (int64_t pp = 0; pp < kc; ++pp, d += NR) {
+        const __m512i lo = row(2 * (p0 + pp)), hi = row(2 * (p0 + pp) + 1);
+        _mm512_storeu_si512(d, interleave(_mm512_castsi512_si256(lo), _mm512_castsi512_si256(hi)));
+        _mm512_storeu_si512(d + 16, interleave(_mm512_extracti64x4_epi64(lo, 1),
+                                               _mm512_extracti64x4_epi64(hi, 1)));
+      }
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 template <typename T>
 void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* out) {
   using A = Acc<T>;
+  using P = Packed<T>;  // bfloat16 pairs where the CPU has VDPBF16PS (gemm_microkernel.h)
   constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
   const int64_t cols = s.p * s.q, kd = s.c * s.r * s.s, m = s.k;
   const int64_t images = s.groups * s.n;
@@ -127,37 +183,43 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
     });
     return;
   }
-  const KBlocks kb(kd, cache_blocks<A>().kc);
+  const int64_t kp = ceil_div(kd, kStepsPer<P>);  // packed K steps
+  const KBlocks kb(kp, cache_blocks<P>().kc);
   const int64_t mw = round_up(m, MR), hw = s.h * s.w;
 
   // Groups whose packed weights fit the budget are done together.
   const int64_t group_step =
-      std::clamp<int64_t>(cache_blocks<A>().pack / (mw * kd), 1, s.groups);
+      std::clamp<int64_t>(cache_blocks<P>().pack / (mw * kp), 1, s.groups);
 
   // Output columns per task: a slice of about kSliceElements, or less when that
   // would leave threads without work.
   const int64_t col_tiles = ceil_div(cols, NR), step_images = group_step * s.n;
-  int64_t slice_tiles = std::clamp<int64_t>(kSliceElements / (kd * NR), 1, col_tiles);
+  int64_t slice_tiles = std::clamp<int64_t>(kSliceElements / (kp * NR), 1, col_tiles);
   const int64_t want = 4 * par.threads();
   if (step_images * ceil_div(col_tiles, slice_tiles) < want)
     slice_tiles = ceil_div(col_tiles, ceil_div(want, step_images));
   const int64_t slices = ceil_div(col_tiles, slice_tiles), slice = slice_tiles * NR;
   const double slice_flops = 2.0 * double(m) * double(kd) * double(slice);
 
-  Scratch<A> wpack(group_step * mw * kd);
+  Scratch<P> wpack(group_step * mw * kp);
   for (int64_t g0 = 0; g0 < s.groups; g0 += group_step) {
     const int64_t gn = std::min(group_step, s.groups - g0);
-    par.for_range(gn, ceil_div(int64_t{1} << 15, mw * kd), [&](int64_t begin, int64_t end) {
-      for (int64_t g = begin; g < end; ++g)
-        pack_panels<MR>(wpack.data() + g * mw * kd, mw, w + (g0 + g) * m * kd, kd, 1, m, 0,
-                        mw, kb);
+    par.for_range(gn, ceil_div(int64_t{1} << 15, mw * kp), [&](int64_t begin, int64_t end) {
+      for (int64_t g = begin; g < end; ++g) {
+        P* dst = wpack.data() + g * mw * kp;
+        const T* src = w + (g0 + g) * m * kd;
+        if constexpr (std::is_same_v<P, BfPair>)
+          pack_panels<MR>(dst, mw, src, kd, 1, m, 0, mw, kb, kd);
+        else
+          pack_panels<MR>(dst, mw, src, kd, 1, m, 0, mw, kb);
+      }
     });
     par.for_range(gn * s.n * slices, int64_t(kMinTaskFlops / slice_flops) + 1,
                   [&](int64_t begin, int64_t end) {
-      Scratch<A> bpack(kd * slice);
+      Scratch<P> bpack(kp * slice);
       std::vector<Run> runs(s.r * s.s * NR);
       std::vector<int> counts(s.r * s.s);
-      Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<A>().mc * slice);
+      Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<P>().mc * slice);
       for (int64_t u = begin; u < end; ++u) {
         const int64_t g = u / (s.n * slices), n = u / slices % s.n, j0 = u % slices * slice;
         const int64_t nc = std::min(slice, cols - j0), width = round_up(nc, NR);
@@ -165,8 +227,8 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
         pack_im2col<NR>(bpack.data(), width, x + image * s.c * hw, s, j0, nc, kb, runs.data(),
                         counts.data());
         const Target<T> t{out + image * m * cols + j0, nullptr, cols, A(1), A(0)};
-        compute_region<T>(wpack.data() + g * mw * kd, mw, bpack.data(), width, kb, 0, m, 0,
-                          nc, t, scratch.data());
+        compute_region<T, P>(wpack.data() + g * mw * kp, mw, bpack.data(), width, kb, 0, m, 0,
+                             nc, t, scratch.data());
       }
     });
   }

@@ -3,10 +3,12 @@
 // where the contraction runs over the steps = N * P * Q output pixels of all images.
 // A is dy, packed like any K-contiguous operand (register transposes of MR channel rows).
 // B's columns are im2col rows (one channel c and tap (r, t) each): a panel's K steps are
-// gathered L at a time, each column's L output pixels as one or two masked vector loads
-// from x (conv2d_taps.h's runs, the same for every channel of a tap), then transposed
-// in registers into the panel. No im2col matrix is written, and each B panel is
-// multiplied while it is still in cache.
+// gathered L at a time, each column's L output pixels as one masked vector load from x
+// per run (conv2d_taps.h: the lanes of one output row inside the image, the same for
+// every channel of a tap), then transposed in registers into the panel. No im2col
+// matrix is written, and each B panel is multiplied while it is still in cache.
+// (bfloat16 is widened to float here: pairs would run along the pixels, which images
+// of odd P * Q split.)
 //
 // Threads split the steps: each task sums its range into a private K x CRS partial, and
 // the partials are added up at the end. When there are few steps and many columns,
@@ -42,7 +44,7 @@ constexpr int kLanes = 8;
 // channel's plane), 0 outside them, for l < kLanes.
 template <typename T, typename A>
 inline void gather_column(A* col, const T* plane, const Run* run, int count, int64_t stride_w) {
-  if (stride_w == 1 && count <= 2) {
+  if (stride_w == 1) {  // one masked load per run
 #if defined(OXIJAX_GEMM_X86_KERNEL)
     if constexpr (std::is_same_v<T, A>) {  // float, double: masked loads of T itself
       using S = Simd<A>;
@@ -51,7 +53,8 @@ inline void gather_column(A* col, const T* plane, const Run* run, int count, int
       for (int v = 0; v < kLanes / V; ++v) {
         typename S::V x = S::zero();
         for (int i = 0; i < count; ++i)
-          x = S::mask_load(x, S::lanes(run[i].bits >> (v * V)), lane_address(plane, run[i], v * V));
+          x = S::mask_load(x, S::lanes(run[i].bits >> (v * V)),
+                           lane_address(plane, run[i], v * V));
         S::store(col + v * V, x);
       }
       return;
