@@ -146,7 +146,8 @@ def op_tests_for(level: str) -> list[str]:
 def test_level_differences_stay_where_the_lower_level_runs_look():
     """The level above a DIFFERS_ONLY_IN entry compiles exactly the sources that pack for
     its instructions (Packed<T>; CMakeLists.txt: OXIJAX_CPU_LEVEL_OWN_SOURCES_*), and its
-    feature macro appears nowhere else but in the gemm engine."""
+    feature macro appears nowhere else but in the headers of the gemm engine and conv2d's
+    packing."""
     cmake = (ROOT / "CMakeLists.txt").read_text()
     own = {m.group(1): sorted(pathlib.Path(p).name for p in m.group(2).split())
            for m in re.finditer(r"set\(OXIJAX_CPU_LEVEL_OWN_SOURCES_(\w+) ([^)]*)\)", cmake)}
@@ -157,7 +158,7 @@ def test_level_differences_stay_where_the_lower_level_runs_look():
         assert engine_users == own[above], engine_users
         users = {path.name for path in (ROOT / "ffi").rglob("*")
                  if path.is_file() and macro in path.read_text(errors="ignore")}
-        assert users <= {"gemm_microkernel.h", *own[above]}, users
+        assert users <= {"gemm_microkernel.h", "conv2d_taps.h", *own[above]}, users
 
 
 @pytest.mark.skipif(not LOWER_LEVELS, reason="this CPU runs only one level of the build")

@@ -18,7 +18,6 @@ namespace oxijax::cpu {
 namespace {
 
 using namespace gemm_detail;
-using conv_detail::lane_address;
 using conv_detail::Run;
 using conv_detail::tap_runs;
 
@@ -116,22 +115,6 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
 }
 
 #if defined(__AVX512BF16__)
-// The 32 bfloat16 of one im2col row over a panel (a channel's plane through one tap's
-// runs) as the 16-bit lanes of a vector, zeros outside the runs.
-inline __m512i gather_row(const bfloat16* plane, const Run* run, int count, int64_t stride_w) {
-  if (stride_w == 1) {  // one masked load per run
-    __m512i row = _mm512_setzero_si512();
-    for (int i = 0; i < count; ++i)
-      row = _mm512_mask_loadu_epi16(row, __mmask32(run[i].bits), lane_address(plane, run[i], 0));
-    return row;
-  }
-  alignas(64) uint16_t row[32] = {};
-  for (int i = 0; i < count; ++i)
-    for (int j = run[i].a; j < run[i].b; ++j)
-      row[j] = plane[run[i].off + (j - run[i].a) * stride_w].bits;
-  return _mm512_load_si512(row);
-}
-
 // pack_im2col as bfloat16 pairs (kb counts pairs): pair kk of column j holds rows 2 kk
 // and 2 kk + 1 of the im2col matrix (a zero past its last row), as VDPBF16PS takes them.
 template <int NR>
@@ -142,7 +125,8 @@ void pack_im2col(BfPair* dst, int64_t width, const bfloat16* img, const ConvShap
   const auto row = [&](int64_t k) {
     if (k >= rows) return _mm512_setzero_si512();
     const int64_t tap = k % taps;
-    return gather_row(img + k / taps * hw, runs + tap * NR, counts[tap], s.stride_w);
+    return conv_detail::gather_bf16_lanes(img + k / taps * hw, runs + tap * NR, counts[tap],
+                                          s.stride_w);
   };
   // Sixteen pairs: the 32-bit lanes lo | hi << 16 of two rows' 16-bit lanes.
   const auto interleave = [](__m256i lo, __m256i hi) {

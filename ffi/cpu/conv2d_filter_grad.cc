@@ -7,8 +7,9 @@
 // per run (conv2d_taps.h: the lanes of one output row inside the image, the same for
 // every channel of a tap), then transposed in registers into the panel. No im2col
 // matrix is written, and each B panel is multiplied while it is still in cache.
-// (bfloat16 is widened to float here: pairs would run along the pixels, which images
-// of odd P * Q split.)
+// Where the CPU has AVX512_BF16, bfloat16 is packed as pairs of consecutive steps
+// (Packed<T>); an image of odd P * Q then ends with a zero step, so that no pair spans
+// two images.
 //
 // Threads split the steps: each task sums its range into a private K x CRS partial, and
 // the partials are added up at the end. When there are few steps and many columns,
@@ -33,7 +34,8 @@ constexpr double kMinTaskFlops = double(1 << 21);
 // Elements of all tasks' partial sums together, at most (unless one partial is larger).
 constexpr int64_t kPartialBudget = int64_t{1} << 24;
 
-// K steps gathered and transposed at a time: one float vector's lanes.
+// Packed K steps gathered and transposed at a time: one float vector's lanes (with
+// bfloat16 pairs, 32 steps as the 16-bit lanes of a vector).
 #if defined(__AVX512F__)
 constexpr int kLanes = 16;
 #else
@@ -93,17 +95,27 @@ inline void gather_column(A* col, const T* plane, const Run* run, int count, int
   }
 }
 
-// d[l * NR + j] = tile[j * kLanes + l]: kLanes K steps of an NR-column panel from
+#if defined(__AVX512BF16__)
+// gather_column for bfloat16 pairs: the 2 * kLanes steps' values as 16-bit lanes, which
+// are the kLanes pairs (step 2 l in the low half of pair l).
+inline void gather_column(BfPair* col, const bfloat16* plane, const Run* run, int count,
+                          int64_t stride_w) {
+  _mm512_storeu_si512(col, conv_detail::gather_bf16_lanes(plane, run, count, stride_w));
+}
+#endif
+
+// d[l * NR + j] = tile[j * kLanes + l]: kLanes packed K steps of an NR-column panel from
 // NR gathered columns.
-template <int NR, typename A>
-inline void transpose_tile(A* d, const A* tile) {
+template <int NR, typename P>
+inline void transpose_tile(P* d, const P* tile) {
 #if defined(__AVX512F__)
-  if constexpr (std::is_same_v<A, float>) {
-    for (int j = 0; j < NR; j += 16) transpose_16(d + j, NR, tile + j * kLanes, 4 * kLanes, 16);
+  if constexpr (sizeof(P) == 4) {  // float, or bfloat16 pairs: 32-bit words
+    for (int j = 0; j < NR; j += 16)
+      transpose_16(reinterpret_cast<float*>(d + j), NR, tile + j * kLanes, 4 * kLanes, 16);
     return;
   }
 #elif defined(__AVX2__)
-  if constexpr (std::is_same_v<A, float>) {
+  if constexpr (std::is_same_v<P, float>) {
     for (int j = 0; j < NR; j += 8) transpose_8<8>(d + j, NR, tile + j * kLanes, kLanes);
     return;
   }
@@ -112,59 +124,92 @@ inline void transpose_tile(A* d, const A* tile) {
     for (int j = 0; j < NR; ++j) d[l * NR + j] = tile[j * kLanes + l];
 }
 
-// One task's view of the problem (one group).
+// One task's view of the problem (one group). Steps count output pixels, each image's
+// rounded up to a whole packed element (spi); the K dimension counts packed elements.
 template <typename T>
 struct FilterGrad {
   using A = Acc<T>;
+  using P = Packed<T>;
   static constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
+  static constexpr int64_t kSteps = kStepsPer<P>, kGroup = kLanes * kSteps;
 
   const ConvShape& s;
   const T* x;   // the group's images, [N, C, H, W]
   const T* dy;  // the group's output gradients, [N, K, P, Q]
-  int64_t taps, hw, pq, crs, mw;
+  int64_t taps, hw, pq, spi, crs, mw;
 
   FilterGrad(const ConvShape& s_, const T* x_, const T* dy_)
       : s(s_), x(x_), dy(dy_), taps(s.r * s.s), hw(s.h * s.w), pq(s.p * s.q),
-        crs(s.c * s.r * s.s), mw(round_up(s.k, MR)) {}
+        spi(round_up(pq, kSteps)), crs(s.c * s.r * s.s), mw(round_up(s.k, MR)) {}
 
-  // Packs steps [k0, k0 + kc) of dy as MR-row panels (rows past K and steps past `end`
-  // are zeros): a[i * kc + kk * MR + ii] = dy[k = i + ii, step k0 + kk].
-  void pack_dy(A* a, int64_t k0, int64_t kc, int64_t end) const {
+  // The packed elements of the group: N * spi / kSteps.
+  int64_t length() const { return s.n * spi / kSteps; }
+
+  // Packs `len` packed K steps of MR rows of dy from pixel pix of their image (rows
+  // `ld` apart; rows past `valid` are zeros): d[kk * MR + ii] = row ii at step kk.
+  void pack_dy_rows(A* d, const T* src, int64_t valid, int64_t len, int64_t) const {
+    const int64_t kk0 = valid == MR ? transpose_steps<MR>(d, src, pq, len) : 0;
+    for (int64_t ii = 0; ii < valid; ++ii)
+      for (int64_t kk = kk0; kk < len; ++kk) d[kk * MR + ii] = load(src[ii * pq + kk]);
+    for (int64_t ii = valid; ii < MR; ++ii)
+      for (int64_t kk = 0; kk < len; ++kk) d[kk * MR + ii] = A(0);
+  }
+#if defined(__AVX512BF16__)
+  void pack_dy_rows(BfPair* d, const bfloat16* src, int64_t valid, int64_t len,
+                    int64_t pix) const {
+    const int64_t whole = std::min(len, (pq - pix) / 2);  // pairs inside the image
+    int64_t kk0 = 0;
+    if (valid == MR)  // each pair is one 32-bit word of a row: transpose them
+      for (; kk0 + 16 <= whole; kk0 += 16)
+        for (int ii = 0; ii < MR; ii += 16)
+          transpose_16(reinterpret_cast<float*>(d + kk0 * MR + ii), MR, src + ii * pq + 2 * kk0,
+                       2 * pq, std::min(16, MR - ii));
+    const auto value = [&](int64_t ii, int64_t step) -> uint32_t {
+      return ii < valid && pix + step < pq ? src[ii * pq + step].bits : 0;
+    };
+    for (int64_t kk = kk0; kk < len; ++kk)
+      for (int ii = 0; ii < MR; ++ii)
+        d[kk * MR + ii].bits = value(ii, 2 * kk) | value(ii, 2 * kk + 1) << 16;
+  }
+#endif
+
+  // Packs packed steps [k0, k0 + kc) of dy as MR-row panels (rows past K and steps past
+  // `end` are zeros): a[i * kc + kk * MR + ii] = dy[k = i + ii, step k0 + kk].
+  void pack_dy(P* a, int64_t k0, int64_t kc, int64_t end) const {
+    const int64_t stop = std::min(end, k0 + kc);
     for (int64_t i = 0; i < mw; i += MR) {
-      A* panel = a + i * kc;
+      P* panel = a + i * kc;
       const int64_t valid = std::clamp<int64_t>(s.k - i, 0, MR);
-      const int64_t stop = std::min(end, k0 + kc);
-      for (int64_t step = k0; step < stop;) {  // image by image
-        const int64_t n = step / pq, pix = step % pq, len = std::min(pq - pix, stop - step);
-        A* d = panel + (step - k0) * MR;
-        const T* src = dy + (n * s.k + i) * pq + pix;
-        const int64_t kk0 = valid == MR ? transpose_steps<MR>(d, src, pq, len) : 0;
-        for (int64_t ii = 0; ii < valid; ++ii)
-          for (int64_t kk = kk0; kk < len; ++kk) d[kk * MR + ii] = load(src[ii * pq + kk]);
-        for (int64_t ii = valid; ii < MR; ++ii)
-          for (int64_t kk = 0; kk < len; ++kk) d[kk * MR + ii] = A(0);
-        step += len;
+      for (int64_t u = k0; u < stop;) {  // image by image
+        const int64_t n = u * kSteps / spi, pix = u * kSteps % spi;
+        const int64_t len = std::min((spi - pix) / kSteps, stop - u);
+        pack_dy_rows(panel + (u - k0) * MR, dy + (n * s.k + i) * pq + pix, valid, len, pix);
+        u += len;
       }
-      std::fill(panel + (stop - k0) * MR, panel + kc * MR, A(0));
+      std::fill(panel + (stop - k0) * MR, panel + kc * MR, P{});
     }
   }
 
-  // The runs of every tap for each group of kLanes steps from k0 (kc of them, a
-  // multiple of kLanes): those of group u and tap `tap` are runs[first[u * taps + tap]]
-  // up to runs[first[u * taps + tap + 1]].
+  // The runs of every tap for each group of kGroup steps from packed step k0 (kc packed
+  // steps, a multiple of kLanes): those of group u and tap `tap` are
+  // runs[first[u * taps + tap]] up to runs[first[u * taps + tap + 1]].
   void find_runs(int64_t k0, int64_t kc, int64_t end, std::vector<Run>& runs,
                  std::vector<int32_t>& first) const {
-    const int64_t groups = kc / kLanes;
-    runs.resize(groups * taps * kLanes);
+    const int64_t groups = kc / kLanes, last = end * kSteps;
+    runs.resize(groups * taps * kGroup);
     first.resize(groups * taps + 1);
     int32_t count = 0;
     for (int64_t u = 0; u < groups; ++u) {
-      const int64_t g0 = k0 + u * kLanes;
+      const int64_t g0 = (k0 + u * kLanes) * kSteps;
       for (int64_t tap = 0; tap < taps; ++tap) {
         first[u * taps + tap] = count;
-        for (int64_t l = 0; l < kLanes && g0 + l < end;) {  // image by image
-          const int64_t step = g0 + l, n = step / pq, pix = step % pq;
-          const int64_t len = std::min({pq - pix, kLanes - l, end - step});
+        for (int64_t l = 0; l < kGroup && g0 + l < last;) {  // image by image
+          const int64_t step = g0 + l, n = step / spi, pix = step % spi;
+          if (pix >= pq) {  // an odd image's padding step
+            l += spi - pix;
+            continue;
+          }
+          const int64_t len = std::min({pq - pix, kGroup - l, last - step});
           count += conv_detail::tap_runs(s, tap / s.s, tap % s.s, pix, int(l), len,
                                          n * s.c * hw, runs.data() + count);
           l += len;
@@ -174,32 +219,33 @@ struct FilterGrad {
     first[groups * taps] = count;
   }
 
-  // Packs the NR-column panel of im2col^T starting at column j0 over kc steps.
-  void pack_x(A* b, int64_t j0, int64_t kc, const std::vector<Run>& runs,
+  // Packs the NR-column panel of im2col^T starting at column j0 over kc packed steps.
+  void pack_x(P* b, int64_t j0, int64_t kc, const std::vector<Run>& runs,
               const std::vector<int32_t>& first) const {
-    alignas(64) A tile[NR * kLanes];
+    alignas(64) P tile[NR * kLanes];
     for (int64_t u = 0; u < kc / kLanes; ++u) {
       const int32_t* at = first.data() + u * taps;
       int64_t c = j0 / taps, tap = j0 % taps;
       for (int j = 0; j < NR; ++j) {
-        A* col = tile + j * kLanes;
+        P* col = tile + j * kLanes;
         if (c < s.c)
           gather_column(col, x + c * hw, runs.data() + at[tap], at[tap + 1] - at[tap],
                         s.stride_w);
         else
-          std::fill(col, col + kLanes, A(0));
+          std::fill(col, col + kLanes, P{});
         if (++tap == taps) tap = 0, ++c;
       }
       transpose_tile<NR>(b + u * kLanes * NR, tile);
     }
   }
 
-  // partial[:, c0:c1] (K x CRS, leading dimension crs) = the sum over steps [s0, s1).
+  // partial[:, c0:c1] (K x CRS, leading dimension crs) = the sum over packed steps
+  // [s0, s1).
   void run(A* partial, int64_t s0, int64_t s1, int64_t c0, int64_t c1) const {
     // K blocks of equal depth (a multiple of kLanes; the last may be shorter).
-    const int64_t blocks = ceil_div(s1 - s0, cache_blocks<A>().kc);
+    const int64_t blocks = ceil_div(s1 - s0, cache_blocks<P>().kc);
     const int64_t depth = round_up(ceil_div(s1 - s0, blocks), kLanes);
-    Scratch<A> a(mw * depth), b(depth * NR);
+    Scratch<P> a(mw * depth), b(depth * NR);
     std::vector<Run> runs;
     std::vector<int32_t> first;
     for (int64_t k0 = s0; k0 < s1; k0 += depth) {
@@ -212,7 +258,7 @@ struct FilterGrad {
         const int nr = int(std::min<int64_t>(NR, c1 - jp));
         for (int64_t ir = 0; ir < s.k; ir += MR) {
           A* dst = partial + ir * crs + jp;
-          micro_kernel<A>(kc, a.data() + ir * kc, b.data(), dst, crs, first_block ? nullptr : dst,
+          micro_kernel<P>(kc, a.data() + ir * kc, b.data(), dst, crs, first_block ? nullptr : dst,
                           crs, A(1), first_block ? A(0) : A(1),
                           int(std::min<int64_t>(MR, s.k - ir)), nr);
         }
@@ -229,9 +275,8 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
   using A = Acc<T>;
   constexpr int NR = Blocking<A>::kNR;
   const int64_t pq = s.p * s.q, crs = s.c * s.r * s.s, size = s.k * crs;
-  const int64_t steps = s.n * pq;
   if (s.groups * size == 0) return;
-  if (steps == 0) {
+  if (s.n * pq == 0) {
     par.for_range(s.groups * size, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
       for (int64_t e = begin; e < end; ++e) dw[e] = store<T>(A(0));
     });
@@ -239,7 +284,8 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
   }
   // Tasks: ranges of steps (each with its own partial sum) times ranges of column panels.
   const int64_t panels = ceil_div(crs, NR);
-  const double flops = 2.0 * double(s.k) * double(crs) * double(steps);
+  const double flops = 2.0 * double(s.k) * double(crs) * double(s.n * pq);
+  const int64_t steps = FilterGrad<T>(s, x, dy).length();  // packed K steps
   const int64_t want = std::clamp<int64_t>(int64_t(flops / kMinTaskFlops), 1, 2 * par.threads());
   const int64_t step_chunk = round_up(
       ceil_div(steps, std::clamp<int64_t>(std::min(want, kPartialBudget / size), 1, steps)),

@@ -54,4 +54,24 @@ inline const T* lane_address(const T* plane, const Run& run, int lane) {
                                     std::intptr_t(sizeof(T)) * (run.off - run.a + lane));
 }
 
+#if defined(__AVX512BF16__)
+// The 32 bfloat16 that lanes [0, 32) read through the runs (of one channel's plane) as
+// the 16-bit lanes of a vector, zeros outside the runs.
+inline __m512i gather_bf16_lanes(const bfloat16* plane, const Run* run, int count,
+                                 int64_t stride_w) {
+  if (stride_w == 1) {  // one masked load per run
+    __m512i lanes = _mm512_setzero_si512();
+    for (int i = 0; i < count; ++i)
+      lanes = _mm512_mask_loadu_epi16(lanes, __mmask32(run[i].bits),
+                                      lane_address(plane, run[i], 0));
+    return lanes;
+  }
+  alignas(64) uint16_t lanes[32] = {};
+  for (int i = 0; i < count; ++i)
+    for (int j = run[i].a; j < run[i].b; ++j)
+      lanes[j] = plane[run[i].off + (j - run[i].a) * stride_w].bits;
+  return _mm512_load_si512(lanes);
+}
+#endif
+
 }  // namespace oxijax::cpu::conv_detail
