@@ -13,7 +13,7 @@
 //
 // Threads split the steps: each task sums its range into a private K x CRS partial, and
 // the partials are added up at the end. When there are few steps and many columns,
-// tasks split the columns too.
+// tasks split the columns too (with one range of steps, straight into dw).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -31,8 +31,10 @@ using conv_detail::lane_address;
 using conv_detail::Run;
 
 constexpr double kMinTaskFlops = double(1 << 21);
-// Elements of all tasks' partial sums together, at most (unless one partial is larger).
-constexpr int64_t kPartialBudget = int64_t{1} << 24;
+// Bytes of all tasks' partial sums together, at most (unless one partial is larger):
+// one spare buffer, whose pages stay mapped between calls (fresh pages would cost a
+// fault each, every call).
+constexpr int64_t kPartialBytes = Spare::kSpareBytes;
 
 // Packed K steps gathered and transposed at a time: one float vector's lanes (with
 // bfloat16 pairs, 32 steps as the 16-bit lanes of a vector).
@@ -239,9 +241,9 @@ struct FilterGrad {
     }
   }
 
-  // partial[:, c0:c1] (K x CRS, leading dimension crs) = the sum over packed steps
-  // [s0, s1).
-  void run(A* partial, int64_t s0, int64_t s1, int64_t c0, int64_t c1) const {
+  // sum[k, j - c0] = the sum over packed steps [s0, s1) for columns j in [c0, c1)
+  // (rows of sum ld apart).
+  void run(A* sum, int64_t ld, int64_t s0, int64_t s1, int64_t c0, int64_t c1) const {
     // K blocks of equal depth (a multiple of kLanes; the last may be shorter).
     const int64_t blocks = ceil_div(s1 - s0, cache_blocks<P>().kc);
     const int64_t depth = round_up(ceil_div(s1 - s0, blocks), kLanes);
@@ -249,17 +251,17 @@ struct FilterGrad {
     std::vector<Run> runs;
     std::vector<int32_t> first;
     for (int64_t k0 = s0; k0 < s1; k0 += depth) {
-      const int64_t kc = round_up(std::min(depth, s1 - k0), kLanes);
+      const int64_t live = std::min(depth, s1 - k0), kc = round_up(live, kLanes);
       const bool first_block = k0 == s0;
       pack_dy(a.data(), k0, kc, s1);
       find_runs(k0, kc, s1, runs, first);
       for (int64_t jp = c0; jp < c1; jp += NR) {
         pack_x(b.data(), jp, kc, runs, first);
         const int nr = int(std::min<int64_t>(NR, c1 - jp));
-        for (int64_t ir = 0; ir < s.k; ir += MR) {
-          A* dst = partial + ir * crs + jp;
-          micro_kernel<P>(kc, a.data() + ir * kc, b.data(), dst, crs, first_block ? nullptr : dst,
-                          crs, A(1), first_block ? A(0) : A(1),
+        for (int64_t ir = 0; ir < s.k; ir += MR) {  // the live steps (padding is zeros)
+          A* dst = sum + ir * ld + (jp - c0);
+          micro_kernel<P>(live, a.data() + ir * kc, b.data(), dst, ld, first_block ? nullptr : dst,
+                          ld, A(1), first_block ? A(0) : A(1),
                           int(std::min<int64_t>(MR, s.k - ir)), nr);
         }
       }
@@ -287,21 +289,44 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
   const double flops = 2.0 * double(s.k) * double(crs) * double(s.n * pq);
   const int64_t steps = FilterGrad<T>(s, x, dy).length();  // packed K steps
   const int64_t want = std::clamp<int64_t>(int64_t(flops / kMinTaskFlops), 1, 2 * par.threads());
-  const int64_t step_chunk = round_up(
-      ceil_div(steps, std::clamp<int64_t>(std::min(want, kPartialBudget / size), 1, steps)),
-      kLanes);
+  const int64_t partials_fit = kPartialBytes / (size * int64_t(sizeof(A)));
+  const int64_t step_chunk =
+      round_up(ceil_div(steps, std::clamp<int64_t>(std::min(want, partials_fit), 1, steps)),
+               kLanes);
   const int64_t step_tasks = ceil_div(steps, step_chunk);  // none is empty
   const int64_t col_tasks = std::min(panels, ceil_div(want, step_tasks));
-  const int64_t panel_chunk = ceil_div(panels, col_tasks);
+  const int64_t panel_chunk = ceil_div(panels, col_tasks), chunk_cols = panel_chunk * NR;
+  // One range of steps: each task sums its columns straight into dw (float32 / 64) or
+  // into a small float slice of its own, rounded into dw.
+  if (step_tasks == 1) {
+    for (int64_t g = 0; g < s.groups; ++g) {
+      const FilterGrad<T> problem(s, x + g * s.n * s.c * s.h * s.w, dy + g * s.n * s.k * pq);
+      T* out = dw + g * size;
+      par.for_range(col_tasks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t ct = begin; ct < end; ++ct) {
+          const int64_t c0 = ct * chunk_cols, c1 = std::min(crs, c0 + chunk_cols);
+          if constexpr (std::is_same_v<T, A>) {
+            problem.run(out + c0, crs, 0, steps, c0, c1);
+          } else {
+            Scratch<A> slice(s.k * (c1 - c0));
+            problem.run(slice.data(), c1 - c0, 0, steps, c0, c1);
+            for (int64_t k = 0; k < s.k; ++k)
+              for (int64_t j = c0; j < c1; ++j)
+                out[k * crs + j] = store<T>(slice.data()[k * (c1 - c0) + j - c0]);
+          }
+        }
+      });
+    }
+    return;
+  }
   Scratch<A> partials(step_tasks * size);
   for (int64_t g = 0; g < s.groups; ++g) {
     const FilterGrad<T> problem(s, x + g * s.n * s.c * s.h * s.w, dy + g * s.n * s.k * pq);
     par.for_range(step_tasks * col_tasks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t u = begin; u < end; ++u) {
-        const int64_t st = u / col_tasks, ct = u % col_tasks;
-        const int64_t s0 = st * step_chunk, c0 = ct * panel_chunk * NR;
-        problem.run(partials.data() + st * size, s0, std::min(steps, s0 + step_chunk), c0,
-                    std::min(crs, c0 + panel_chunk * NR));
+        const int64_t st = u / col_tasks, c0 = u % col_tasks * chunk_cols;
+        problem.run(partials.data() + st * size + c0, crs, st * step_chunk,
+                    std::min(steps, (st + 1) * step_chunk), c0, std::min(crs, c0 + chunk_cols));
       }
     });
     T* out = dw + g * size;
