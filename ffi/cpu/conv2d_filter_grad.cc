@@ -198,7 +198,6 @@ struct FilterGrad {
   void find_runs(int64_t k0, int64_t kc, int64_t end, std::vector<Run>& runs,
                  std::vector<int32_t>& first) const {
     const int64_t groups = kc / kLanes, last = end * kSteps;
-    runs.resize(groups * taps * kGroup);
     first.resize(groups * taps + 1);
     int32_t count = 0;
     for (int64_t u = 0; u < groups; ++u) {
@@ -212,6 +211,9 @@ struct FilterGrad {
             continue;
           }
           const int64_t len = std::min({pq - pix, kGroup - l, last - step});
+          // Room for len more runs; the buffer grows to what the shape needs (a few runs
+          // per group and tap), not to the worst case of one per lane.
+          if (int64_t(runs.size()) < count + len) runs.resize(2 * (count + len));
           count += conv_detail::tap_runs(s, tap / s.s, tap % s.s, pix, int(l), len,
                                          n * s.c * hw, runs.data() + count);
           l += len;
