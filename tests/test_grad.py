@@ -185,9 +185,10 @@ FILTER_GRAD_CASES = [  # (N, C, H, W), (K, R, S), stride, padding
     ((2, 2, 64, 64), (3, 3, 3), (1, 1), (1, 1)),  # one task, several K blocks of pixels
     ((1, 256, 4, 4), (128, 3, 3), (1, 1), (1, 1)),  # few pixels: tasks split the columns
     ((4, 3, 6, 5), (2, 2, 3), (1, 1), (0, 1)),  # rows shorter than a vector: many runs
-    ((3, 4, 17, 21), (5, 3, 3), (2, 2), (1, 1)),  # stride 2: gathered lane by lane
+    ((3, 4, 17, 21), (5, 3, 3), (2, 2), (1, 1)),  # stride 2: a vector spans several rows
+    ((2, 3, 9, 41), (4, 3, 3), (2, 2), (1, 1)),  # stride 2, runs of whole vectors
     ((2, 40, 9, 9), (33, 1, 1), (1, 1), (0, 0)),  # K and C*R*S past whole register tiles
-    ((2, 3, 11, 13), (4, 3, 5), (1, 3), (3, 0)),  # padding rows, stride 3 columns
+    ((2, 3, 11, 13), (4, 3, 5), (1, 3), (3, 0)),  # padding rows, stride 3: lane by lane
 ]
 
 

@@ -26,40 +26,25 @@ constexpr double kMinTaskFlops = double(1 << 21);
 constexpr int64_t kSliceElements = int64_t{1} << 17;
 
 #if defined(OXIJAX_GEMM_X86_KERNEL)
-// Float / double with stride_w == 1 and at most two runs per panel row (an NR-column
-// panel spans at most two output rows when Q >= NR): one filter tap's rows for every
-// channel are two masked loads per vector, with masks and offsets held in registers.
+// Float / double with stride_w 1 or 2: one filter tap's rows for every channel are a
+// masked load per run and vector (two at stride 2), with the masks made once for the
+// tap (conv_detail::RunLanes).
 template <typename T>
 inline constexpr bool kMaskedCopy = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
-template <int NR, typename A>
+template <int NR, int Stride, typename A>
 void copy_tap(A* d, int64_t d_step, const A* channel, int64_t hw, int64_t channels,
               const Run* run, int count) {
-  using S = Simd<A>;
-  constexpr int L = S::kLanes, NV = NR / L;
-  typename S::Mask mask[2][NV];
-  std::intptr_t at[2];  // byte offset of lane 0 from the channel start
-  for (int i = 0; i < 2; ++i) {
-    const bool live = i < count;
-    at[i] = live ? std::intptr_t(sizeof(A)) * (run[i].off - run[i].a) : 0;
-    for (int v = 0; v < NV; ++v) mask[i][v] = S::lanes(live ? run[i].bits >> (v * L) : 0);
-  }
-  // Masked-off lanes are never touched, even where their address is outside x.
-  auto lanes = [](const A* ch, std::intptr_t bytes, int v) {
-    return reinterpret_cast<const A*>(reinterpret_cast<std::intptr_t>(ch) + bytes) + v * L;
-  };
+  constexpr int L = Simd<A>::kLanes, NV = NR / L;
+  const conv_detail::RunLanes<A, NV, Stride> lanes(run, count);
   for (int64_t c = 0; c < channels; ++c, channel += hw, d += d_step) {
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      typename S::V x = S::maskz_load(mask[0][v], lanes(channel, at[0], v));
-      x = S::mask_load(x, mask[1][v], lanes(channel, at[1], v));
-      S::store(d + v * L, x);
-    }
+    for (int v = 0; v < NV; ++v) Simd<A>::store(d + v * L, lanes.load(channel, v));
   }
 }
 #else
 template <typename T> inline constexpr bool kMaskedCopy = false;
-template <int NR, typename A>
+template <int NR, int Stride, typename A>
 void copy_tap(A*, int64_t, const A*, int64_t, int64_t, const Run*, int) {}
 #endif
 
@@ -70,13 +55,12 @@ template <int NR, typename T, typename A>
 void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_t j0,
                  int64_t cols, const KBlocks& kb, Run* runs, int* counts) {
   const int64_t taps = s.r * s.s, hw = s.h * s.w;
-  [[maybe_unused]] const bool masked = kMaskedCopy<T> && s.stride_w == 1;
+  [[maybe_unused]] const bool fast = kMaskedCopy<T> && (s.stride_w == 1 || s.stride_w == 2);
   for (int64_t jp = 0; jp < width; jp += NR) {
     // The runs of every filter tap (r, t) over the panel's columns.
     const int64_t end = std::min(cols, jp + NR);
     for (int64_t tap = 0; tap < taps; ++tap)
       counts[tap] = tap_runs(s, tap / s.s, tap % s.s, j0 + jp, 0, end - jp, 0, runs + tap * NR);
-    const bool fast = masked && *std::max_element(counts, counts + taps) <= 2;
     for (int64_t b = 0; b < kb.count; ++b) {
       const int64_t k0 = kb.begin(b), kc = kb.depth(b);
       A* d = dst + k0 * width + jp * kc;
@@ -86,9 +70,10 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
           for (int64_t tap = 0; tap < taps; ++tap) {
             const int64_t c0 = k0 <= tap ? 0 : ceil_div(k0 - tap, taps);
             const int64_t c1 = k0 + kc <= tap ? 0 : (k0 + kc - 1 - tap) / taps + 1;
-            if (c1 > c0)
-              copy_tap<NR>(d + (c0 * taps + tap - k0) * NR, taps * NR, img + c0 * hw, hw,
-                           c1 - c0, runs + tap * NR, counts[tap]);
+            if (c1 <= c0) continue;
+            A* rows = d + (c0 * taps + tap - k0) * NR;
+            const auto copy = s.stride_w == 1 ? copy_tap<NR, 1, A> : copy_tap<NR, 2, A>;
+            copy(rows, taps * NR, img + c0 * hw, hw, c1 - c0, runs + tap * NR, counts[tap]);
           }
           continue;
         }

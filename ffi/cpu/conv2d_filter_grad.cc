@@ -4,8 +4,9 @@
 // A is dy, packed like any K-contiguous operand (register transposes of MR channel rows).
 // B's columns are im2col rows (one channel c and tap (r, t) each): a panel's K steps are
 // gathered L at a time, each column's L output pixels as one masked vector load from x
-// per run (conv2d_taps.h: the lanes of one output row inside the image, the same for
-// every channel of a tap), then transposed in registers into the panel. No im2col
+// per run (two at stride 2; conv2d_taps.h: the lanes of one output row inside the
+// image, the same for every channel of a tap), then transposed in registers into the
+// panel. No im2col
 // matrix is written, and each B panel is multiplied while it is still in cache.
 // Where the CPU has AVX512_BF16, bfloat16 is packed as pairs of consecutive steps
 // (Packed<T>); an image of odd P * Q then ends with a zero step, so that no pair spans
@@ -27,7 +28,6 @@ namespace oxijax::cpu {
 namespace {
 
 using namespace gemm_detail;
-using conv_detail::lane_address;
 using conv_detail::Run;
 
 constexpr double kMinTaskFlops = double(1 << 21);
@@ -46,30 +46,32 @@ constexpr int kLanes = 8;
 
 // col[l] = the input pixel that lane l's output pixel reads through the runs (of one
 // channel's plane), 0 outside them, for l < kLanes.
+// Stride 2 takes masked loads where masks are cheap to make (AVX-512's mask registers;
+// AVX2's mask vectors cost more per column than the copy lane by lane: 11 % slower).
 template <typename T, typename A>
 inline void gather_column(A* col, const T* plane, const Run* run, int count, int64_t stride_w) {
-  if (stride_w == 1) {  // one masked load per run
+#if defined(__AVX512F__)
+  [[maybe_unused]] const bool masked = stride_w == 1 || stride_w == 2;
+#else
+  [[maybe_unused]] const bool masked = stride_w == 1;
+#endif
 #if defined(OXIJAX_GEMM_X86_KERNEL)
-    if constexpr (std::is_same_v<T, A>) {  // float, double: masked loads of T itself
+  if constexpr (std::is_same_v<T, A>) {  // float, double: masked loads of T itself
+    if (masked) {
       using S = Simd<A>;
-      constexpr int V = S::kLanes;
+      constexpr int V = S::kLanes, NV = kLanes / V;
 #pragma GCC unroll 2
-      for (int v = 0; v < kLanes / V; ++v) {
-        typename S::V x = S::zero();
-        for (int i = 0; i < count; ++i)
-          x = S::mask_load(x, S::lanes(run[i].bits >> (v * V)),
-                           lane_address(plane, run[i], v * V));
-        S::store(col + v * V, x);
-      }
+      for (int v = 0; v < NV; ++v)
+        S::store(col + v * V, stride_w == 1 ? conv_detail::load_run_lanes<1>(plane, run, count, v)
+                                            : conv_detail::load_run_lanes<2>(plane, run, count, v));
       return;
     }
+  }
 #endif
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
-    if constexpr (sizeof(T) == 2) {  // half types: masked 16-bit loads, widened after
-      __m256i bits = _mm256_setzero_si256();
-      for (int i = 0; i < count; ++i)
-        bits = _mm256_mask_loadu_epi16(bits, __mmask16(run[i].bits),
-                                       lane_address(plane, run[i], 0));
+  if constexpr (sizeof(T) == 2) {  // half types: masked 16-bit loads, widened after
+    if (masked) {
+      const __m256i bits = conv_detail::load_half_lanes(plane, run, count, 0, stride_w);
       if constexpr (std::is_same_v<T, bfloat16>)
         _mm512_storeu_ps(col, _mm512_castsi512_ps(
                                   _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)));
@@ -77,15 +79,15 @@ inline void gather_column(A* col, const T* plane, const Run* run, int count, int
         _mm512_storeu_ps(col, _mm512_cvtph_ps(bits));
       return;
     }
-#elif defined(__AVX2__)
-    if constexpr (kLoad8<T>) {  // no masked 16-bit loads: whole runs only
-      if (count == 1 && run[0].bits == (uint32_t{1} << kLanes) - 1) {
-        store8(col, load8(plane + run[0].off));
-        return;
-      }
-    }
-#endif
   }
+#elif defined(__AVX2__)
+  if constexpr (kLoad8<T>) {  // no masked 16-bit loads: whole runs only
+    if (stride_w == 1 && count == 1 && run[0].bits == (uint32_t{1} << kLanes) - 1) {
+      store8(col, load8(plane + run[0].off));
+      return;
+    }
+  }
+#endif
   std::fill(col, col + kLanes, A(0));
   for (int i = 0; i < count; ++i) {
     const T* src = plane + run[i].off;

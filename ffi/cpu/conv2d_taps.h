@@ -46,13 +46,134 @@ inline int tap_runs(const ConvShape& s, int64_t r, int64_t t, int64_t pix0, int 
   return n;
 }
 
-// The address lane `lane` of a stride-1 run would read, were the run to extend there:
-// integer arithmetic, as it may lie outside the plane (masked loads never touch it).
-template <typename T>
+// The address lane `lane` of a run would read, were the run to extend there (the runs'
+// stride is 1 or 2): integer arithmetic, as it may lie outside the plane (masked loads
+// never touch it).
+template <int Stride = 1, typename T>
 inline const T* lane_address(const T* plane, const Run& run, int lane) {
   return reinterpret_cast<const T*>(reinterpret_cast<std::intptr_t>(plane) +
-                                    std::intptr_t(sizeof(T)) * (run.off - run.a + lane));
+                                    std::intptr_t(sizeof(T)) * (run.off + Stride * (lane - run.a)));
 }
+
+// A stride-2 run read as whole spans: the bits of the elements that lanes
+// [first, first + lanes) of the run read from the 2 * lanes elements starting where lane
+// `first` reads (lane j at element 2 (j - first)), the odd elements between two of its
+// lanes included: those lie inside the same input row, and are dropped when the even
+// elements are kept. The element after the run's last lane is not included (it may lie
+// past the end of x). lanes <= 16.
+inline uint32_t stride2_span_bits(const Run& run, int first, int lanes) {
+  const int a = std::clamp(run.a - first, 0, lanes), b = std::clamp(run.b - first, 0, lanes);
+  return a < b ? uint32_t((uint64_t{1} << (2 * b - 1)) - (uint64_t{1} << (2 * a))) : 0;
+}
+
+#if defined(OXIJAX_GEMM_X86_KERNEL)
+// Float / double lanes [v L, v L + L) (L = one vector) read through runs of stride 1 or
+// 2, zeros outside the runs: a masked load per run (two at stride 2, whose even elements
+// are kept). RunLanes makes the masks once for many planes (every channel of a tap);
+// load_run_lanes makes them as it loads (a single use).
+template <int Stride, typename A>
+class RunLoads {
+ public:
+  using S = gemm_detail::Simd<A>;
+  using V = typename S::V;
+  static constexpr int L = S::kLanes;
+  static_assert(Stride == 1 || Stride == 2);
+
+  // The mask of masked load h (h < Stride) of lanes [v L, v L + L) through `run`.
+  static typename S::Mask mask(const Run& run, int v, int h) {
+    constexpr uint32_t kAll = (uint32_t{1} << L) - 1;
+    if constexpr (Stride == 1) return S::lanes((run.bits >> (v * L)) & kAll);
+    else return S::lanes((stride2_span_bits(run, v * L, L) >> (h * L)) & kAll);
+  }
+  // Bytes from a plane to the element that a run's lane 0 would read.
+  static std::intptr_t offset(const Run& run) {
+    return std::intptr_t(sizeof(A)) * (run.off - Stride * run.a);
+  }
+  // Where load h of vector v starts: integer arithmetic, as it may lie outside the
+  // plane (masked-off lanes are never touched).
+  static const A* span(const A* plane, std::intptr_t offset, int v, int h) {
+    return reinterpret_cast<const A*>(reinterpret_cast<std::intptr_t>(plane) + offset) +
+           (Stride * v + h) * L;
+  }
+  // The lanes, from the parts the Stride loads filled.
+  static V lanes(const V (&part)[Stride]) {
+    if constexpr (Stride == 1) return part[0];
+    else return S::even_lanes(part[0], part[1]);
+  }
+};
+
+template <int Stride, typename A>
+typename RunLoads<Stride, A>::V load_run_lanes(const A* plane, const Run* run, int count, int v) {
+  using R = RunLoads<Stride, A>;
+  typename R::V part[Stride];
+  for (auto& p : part) p = R::S::zero();
+  for (int i = 0; i < count; ++i)
+    for (int h = 0; h < Stride; ++h)
+      part[h] = R::S::mask_load(part[h], R::mask(run[i], v, h),
+                                R::span(plane, R::offset(run[i]), v, h));
+  return R::lanes(part);
+}
+
+template <typename A, int NV, int Stride>
+class RunLanes {
+  using R = RunLoads<Stride, A>;
+  static constexpr int kMaxRuns = NV * R::L;  // one per lane
+
+ public:
+  RunLanes(const Run* run, int count) : count_(std::max(count, 2)) {
+    // Two runs at least (a vector of output pixels mostly spans one or two output rows):
+    // those loads are unconditional, a missing run's masks are empty.
+    const Run none{0, 0, 0, 0};
+    for (int i = 0; i < count_; ++i) {
+      const Run& r = i < count ? run[i] : none;
+      offset_[i] = R::offset(r);
+      for (int v = 0; v < NV; ++v)
+        for (int h = 0; h < Stride; ++h) mask_[i][v][h] = R::mask(r, v, h);
+    }
+  }
+
+  // Lanes [v L, v L + L) of one plane.
+  typename R::V load(const A* plane, int v) const {
+    typename R::V part[Stride];
+    for (int h = 0; h < Stride; ++h) {
+      part[h] = R::S::maskz_load(mask_[0][v][h], R::span(plane, offset_[0], v, h));
+      part[h] = R::S::mask_load(part[h], mask_[1][v][h], R::span(plane, offset_[1], v, h));
+    }
+    for (int i = 2; i < count_; ++i)
+      for (int h = 0; h < Stride; ++h)
+        part[h] = R::S::mask_load(part[h], mask_[i][v][h], R::span(plane, offset_[i], v, h));
+    return R::lanes(part);
+  }
+
+ private:
+  std::intptr_t offset_[kMaxRuns];
+  typename R::S::Mask mask_[kMaxRuns][NV][Stride];
+  int count_;
+};
+#endif
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+// The 16-bit elements (float16 / bfloat16 bits) that lanes [first, first + 16) read
+// through the runs (stride 1 or 2) of one channel's plane, zeros outside the runs:
+// one masked load per run; at stride 2 a 32-element load whose even elements
+// VPMOVDW keeps.
+template <typename T>
+inline __m256i load_half_lanes(const T* plane, const Run* run, int count, int first,
+                               int64_t stride_w) {
+  if (stride_w == 1) {
+    __m256i lanes = _mm256_setzero_si256();
+    for (int i = 0; i < count; ++i)
+      lanes = _mm256_mask_loadu_epi16(lanes, __mmask16(run[i].bits >> first),
+                                      lane_address(plane, run[i], first));
+    return lanes;
+  }
+  __m512i span = _mm512_setzero_si512();
+  for (int i = 0; i < count; ++i)
+    span = _mm512_mask_loadu_epi16(span, stride2_span_bits(run[i], first, 16),
+                                   lane_address<2>(plane, run[i], first));
+  return _mm512_cvtepi32_epi16(span);
+}
+#endif
 
 #if defined(__AVX512BF16__)
 // The 32 bfloat16 that lanes [0, 32) read through the runs (of one channel's plane) as
@@ -66,6 +187,10 @@ inline __m512i gather_bf16_lanes(const bfloat16* plane, const Run* run, int coun
                                       lane_address(plane, run[i], 0));
     return lanes;
   }
+  if (stride_w == 2)
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(load_half_lanes(plane, run, count, 0, 2)),
+        load_half_lanes(plane, run, count, 16, 2), 1);
   alignas(64) uint16_t lanes[32] = {};
   for (int i = 0; i < count; ++i)
     for (int j = run[i].a; j < run[i].b; ++j)

@@ -553,6 +553,12 @@ template <> struct Simd<float> {
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V maskz_load(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
   static void mask_store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
+  // Elements 0, 2, 4, ... of lo then of hi: the lanes of a stride-2 load of two vectors.
+  static V even_lanes(V lo, V hi) {
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(lo, even, hi);
+  }
   static Mask lanes(uint32_t bits) { return static_cast<Mask>(bits); }
 };
 template <> struct Simd<double> {
@@ -568,6 +574,9 @@ template <> struct Simd<double> {
   static V mul(V a, V b) { return _mm512_mul_pd(a, b); }
   static V maskz_load(Mask m, const double* p) { return _mm512_maskz_loadu_pd(m, p); }
   static void mask_store(double* p, Mask m, V v) { _mm512_mask_storeu_pd(p, m, v); }
+  static V even_lanes(V lo, V hi) {
+    return _mm512_permutex2var_pd(lo, _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), hi);
+  }
   static Mask lanes(uint32_t bits) { return static_cast<Mask>(bits); }
 };
 #else
@@ -592,6 +601,12 @@ template <> struct Simd<float> {
     const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(bits)), bit), bit);
   }
+  // Elements 0, 2, 4, ... of lo then of hi: the lanes of a stride-2 load of two vectors.
+  // (shuffle: lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6; then the middle 64-bit pairs swapped)
+  static V even_lanes(V lo, V hi) {
+    const __m256 pairs = _mm256_shuffle_ps(lo, hi, 0x88);
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), 0xd8));
+  }
 };
 template <> struct Simd<double> {
   using V = __m256d;
@@ -610,6 +625,9 @@ template <> struct Simd<double> {
   static Mask lanes(uint32_t bits) {
     const __m256i bit = _mm256_setr_epi64x(1, 2, 4, 8);
     return _mm256_cmpeq_epi64(_mm256_and_si256(_mm256_set1_epi64x(bits), bit), bit);
+  }
+  static V even_lanes(V lo, V hi) {  // (lo0 hi0 lo2 hi2, then the middle pair swapped)
+    return _mm256_permute4x64_pd(_mm256_unpacklo_pd(lo, hi), 0xd8);
   }
 };
 #endif
