@@ -84,6 +84,16 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
         const int n = counts[tap];
         const T* channel = img + c * hw;
         if (++tap == taps) tap = 0, ++c;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        if constexpr (sizeof(T) == 2) {  // half types: masked 16-bit loads, widened after
+          if (s.stride_w <= 2) {
+            for (int v = 0; v < NR; v += 16)
+              _mm512_storeu_ps(d + v, conv_detail::load_half_lanes_as_float(channel, run, n, v,
+                                                                            s.stride_w));
+            continue;
+          }
+        }
+#endif
         for (int j = 0; j < NR; ++j) d[j] = A(0);
         for (int i = 0; i < n; ++i) {
           const T* src = channel + run[i].off;

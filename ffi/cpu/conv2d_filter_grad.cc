@@ -71,12 +71,7 @@ inline void gather_column(A* col, const T* plane, const Run* run, int count, int
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
   if constexpr (sizeof(T) == 2) {  // half types: masked 16-bit loads, widened after
     if (masked) {
-      const __m256i bits = conv_detail::load_half_lanes(plane, run, count, 0, stride_w);
-      if constexpr (std::is_same_v<T, bfloat16>)
-        _mm512_storeu_ps(col, _mm512_castsi512_ps(
-                                  _mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16)));
-      else
-        _mm512_storeu_ps(col, _mm512_cvtph_ps(bits));
+      _mm512_storeu_ps(col, conv_detail::load_half_lanes_as_float(plane, run, count, 0, stride_w));
       return;
     }
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm_microkernel.h"
 #include "oxijax/shapes.h"
@@ -172,6 +173,17 @@ inline __m256i load_half_lanes(const T* plane, const Run* run, int count, int fi
     span = _mm512_mask_loadu_epi16(span, stride2_span_bits(run[i], first, 16),
                                    lane_address<2>(plane, run[i], first));
   return _mm512_cvtepi32_epi16(span);
+}
+
+// load_half_lanes widened to floats.
+template <typename T>
+inline __m512 load_half_lanes_as_float(const T* plane, const Run* run, int count, int first,
+                                       int64_t stride_w) {
+  const __m256i bits = load_half_lanes(plane, run, count, first, stride_w);
+  if constexpr (std::is_same_v<T, bfloat16>)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+  else
+    return _mm512_cvtph_ps(bits);
 }
 #endif
 
