@@ -93,6 +93,15 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
             continue;
           }
         }
+#elif defined(__AVX2__)
+        if constexpr (sizeof(T) == 2 && kLoad8<T>) {  // stride 2: whole spans inside the image
+          if (s.stride_w == 2) {
+            for (int v = 0; v < NR; v += 8)
+              _mm256_storeu_ps(d + v, conv_detail::load_half_lanes8(channel, run, n, v, s.stride_w,
+                                                                    img, img + s.c * hw));
+            continue;
+          }
+        }
 #endif
         for (int j = 0; j < NR; ++j) d[j] = A(0);
         for (int i = 0; i < n; ++i) {

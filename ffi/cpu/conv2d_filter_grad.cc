@@ -46,10 +46,12 @@ constexpr int kLanes = 8;
 
 // col[l] = the input pixel that lane l's output pixel reads through the runs (of one
 // channel's plane), 0 outside them, for l < kLanes.
-// Stride 2 takes masked loads where masks are cheap to make (AVX-512's mask registers;
-// AVX2's mask vectors cost more per column than the copy lane by lane: 11 % slower).
+// x holds [lo, hi). Stride 2 takes masked loads where masks are cheap to make (AVX-512's
+// mask registers; for float AVX2's mask vectors cost more per column than the copy lane
+// by lane: 11 % slower).
 template <typename T, typename A>
-inline void gather_column(A* col, const T* plane, const Run* run, int count, int64_t stride_w) {
+inline void gather_column(A* col, const T* plane, const Run* run, int count, int64_t stride_w,
+                          [[maybe_unused]] const T* lo, [[maybe_unused]] const T* hi) {
 #if defined(__AVX512F__)
   [[maybe_unused]] const bool masked = stride_w == 1 || stride_w == 2;
 #else
@@ -76,10 +78,16 @@ inline void gather_column(A* col, const T* plane, const Run* run, int count, int
     }
   }
 #elif defined(__AVX2__)
-  if constexpr (kLoad8<T>) {  // no masked 16-bit loads: whole runs only
+  if constexpr (kLoad8<T>) {  // no masked 16-bit loads
     if (stride_w == 1 && count == 1 && run[0].bits == (uint32_t{1} << kLanes) - 1) {
-      store8(col, load8(plane + run[0].off));
+      store8(col, load8(plane + run[0].off));  // one whole run
       return;
+    }
+    if constexpr (sizeof(T) == 2) {
+      if (stride_w == 2) {  // whole spans inside x
+        store8(col, conv_detail::load_half_lanes8(plane, run, count, 0, stride_w, lo, hi));
+        return;
+      }
     }
   }
 #endif
@@ -98,7 +106,7 @@ inline void gather_column(A* col, const T* plane, const Run* run, int count, int
 // gather_column for bfloat16 pairs: the 2 * kLanes steps' values as 16-bit lanes, which
 // are the kLanes pairs (step 2 l in the low half of pair l).
 inline void gather_column(BfPair* col, const bfloat16* plane, const Run* run, int count,
-                          int64_t stride_w) {
+                          int64_t stride_w, const bfloat16*, const bfloat16*) {
   _mm512_storeu_si512(col, conv_detail::gather_bf16_lanes(plane, run, count, stride_w));
 }
 #endif
@@ -231,7 +239,7 @@ struct FilterGrad {
         P* col = tile + j * kLanes;
         if (c < s.c)
           gather_column(col, x + c * hw, runs.data() + at[tap], at[tap + 1] - at[tap],
-                        s.stride_w);
+                        s.stride_w, x, x + s.n * s.c * hw);
         else
           std::fill(col, col + kLanes, P{});
         if (++tap == taps) tap = 0, ++c;

@@ -187,6 +187,38 @@ inline __m512 load_half_lanes_as_float(const T* plane, const Run* run, int count
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// Float lanes [first, first + 8) of 16-bit T (kLoad8) read through runs of stride 1 or
+// 2, zeros outside the runs. AVX2 has no masked 16-bit loads: a run whose whole span
+// (8 or 16 elements) lies inside x, [lo, hi), is one load, widened and blended in by
+// the run's lanes; a run whose span crosses an end of x is copied element by element.
+template <typename T>
+inline __m256 load_half_lanes8(const T* plane, const Run* run, int count, int first,
+                               int64_t stride_w, const T* lo, const T* hi) {
+  __m256 out = _mm256_setzero_ps();
+  const std::intptr_t span_bytes = 8 * stride_w * std::intptr_t(sizeof(T));
+  for (int i = 0; i < count; ++i) {
+    const uint32_t bits = (run[i].bits >> first) & 0xffu;
+    if (bits == 0) continue;
+    const T* span = stride_w == 1 ? lane_address<1>(plane, run[i], first)
+                                  : lane_address<2>(plane, run[i], first);
+    const std::intptr_t at = reinterpret_cast<std::intptr_t>(span);
+    if (at >= reinterpret_cast<std::intptr_t>(lo) &&
+        at + span_bytes <= reinterpret_cast<std::intptr_t>(hi)) {
+      const __m256 lanes = stride_w == 1 ? gemm_detail::load8(span) : gemm_detail::load8_even(span);
+      out = _mm256_blendv_ps(out, lanes, _mm256_castsi256_ps(gemm_detail::Simd<float>::lanes(bits)));
+      continue;
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, out);
+    for (int j = std::max(run[i].a, first); j < std::min(run[i].b, first + 8); ++j)
+      lanes[j - first] = load(plane[run[i].off + (j - run[i].a) * stride_w]);
+    out = _mm256_load_ps(lanes);
+  }
+  return out;
+}
+#endif
+
 #if defined(__AVX512BF16__)
 // The 32 bfloat16 that lanes [0, 32) read through the runs (of one channel's plane) as
 // the 16-bit lanes of a vector, zeros outside the runs.

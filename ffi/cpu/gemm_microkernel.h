@@ -262,6 +262,22 @@ inline void store8(half* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 #endif
+
+// Elements 0, 2, ..., 14 of p[0..16) as floats (a stride-2 load). Each even element is
+// the low half of a 32-bit word.
+inline __m256 load8_even(const bfloat16* p) {
+  const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
+}
+#if defined(__F16C__)
+inline __m256 load8_even(const half* p) {
+  const __m256i low = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+                                       _mm256_set1_epi32(0xffff));
+  // Both 128-bit halves pack their four words to 16 bits; gather the two results.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(low, low), 0x08);
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+}
+#endif
 #endif
 
 // out[j] = store<T>(s[j] + beta * load(c[j])) for j < n: a row of float results rounded
