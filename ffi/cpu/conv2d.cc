@@ -28,24 +28,35 @@ constexpr int64_t kSliceElements = int64_t{1} << 17;
 #if defined(OXIJAX_GEMM_X86_KERNEL)
 // Float / double with stride_w 1 or 2: one filter tap's rows for every channel are a
 // masked load per run and vector (two at stride 2), with the masks made once for the
-// tap (conv_detail::RunLanes).
+// tap (conv_detail::RunLanes). On AVX2 float16 / bfloat16 too, as plain loads of the
+// runs' spans where they lie inside the image, [lo, hi) (conv_detail::HalfRunLanes8).
 template <typename T>
-inline constexpr bool kMaskedCopy = std::is_same_v<T, float> || std::is_same_v<T, double>;
+inline constexpr bool kTapCopy = std::is_same_v<T, float> || std::is_same_v<T, double>
+#if !defined(__AVX512F__)
+                                 || (sizeof(T) == 2 && kLoad8<T>)
+#endif
+    ;
 
-template <int NR, int Stride, typename A>
-void copy_tap(A* d, int64_t d_step, const A* channel, int64_t hw, int64_t channels,
-              const Run* run, int count) {
+template <int NR, int Stride, typename T, typename A>
+void copy_tap(A* d, int64_t d_step, const T* channel, int64_t hw, int64_t channels,
+              const Run* run, int count, [[maybe_unused]] const T* lo,
+              [[maybe_unused]] const T* hi) {
   constexpr int L = Simd<A>::kLanes, NV = NR / L;
-  const conv_detail::RunLanes<A, NV, Stride> lanes(run, count);
+  const auto lanes = [&] {
+    if constexpr (std::is_same_v<T, A>) return conv_detail::RunLanes<A, NV, Stride>(run, count);
+#if !defined(__AVX512F__)
+    else return conv_detail::HalfRunLanes8<T, NV>(run, count, Stride, lo, hi);
+#endif
+  }();
   for (int64_t c = 0; c < channels; ++c, channel += hw, d += d_step) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) Simd<A>::store(d + v * L, lanes.load(channel, v));
   }
 }
 #else
-template <typename T> inline constexpr bool kMaskedCopy = false;
-template <int NR, int Stride, typename A>
-void copy_tap(A*, int64_t, const A*, int64_t, int64_t, const Run*, int) {}
+template <typename T> inline constexpr bool kTapCopy = false;
+template <int NR, int Stride, typename T, typename A>
+void copy_tap(A*, int64_t, const T*, int64_t, int64_t, const Run*, int, const T*, const T*) {}
 #endif
 
 // Packs columns [j0, j0 + cols) of the im2col matrix of one image (C x H x W) as NR
@@ -55,7 +66,7 @@ template <int NR, typename T, typename A>
 void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_t j0,
                  int64_t cols, const KBlocks& kb, Run* runs, int* counts) {
   const int64_t taps = s.r * s.s, hw = s.h * s.w;
-  [[maybe_unused]] const bool fast = kMaskedCopy<T> && (s.stride_w == 1 || s.stride_w == 2);
+  [[maybe_unused]] const bool fast = kTapCopy<T> && (s.stride_w == 1 || s.stride_w == 2);
   for (int64_t jp = 0; jp < width; jp += NR) {
     // The runs of every filter tap (r, t) over the panel's columns.
     const int64_t end = std::min(cols, jp + NR);
@@ -64,7 +75,7 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
     for (int64_t b = 0; b < kb.count; ++b) {
       const int64_t k0 = kb.begin(b), kc = kb.depth(b);
       A* d = dst + k0 * width + jp * kc;
-      if constexpr (kMaskedCopy<T>) {
+      if constexpr (kTapCopy<T>) {
         if (fast) {
           // Tap by tap: rows k = c * taps + tap of this block, for every channel c.
           for (int64_t tap = 0; tap < taps; ++tap) {
@@ -72,8 +83,9 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
             const int64_t c1 = k0 + kc <= tap ? 0 : (k0 + kc - 1 - tap) / taps + 1;
             if (c1 <= c0) continue;
             A* rows = d + (c0 * taps + tap - k0) * NR;
-            const auto copy = s.stride_w == 1 ? copy_tap<NR, 1, A> : copy_tap<NR, 2, A>;
-            copy(rows, taps * NR, img + c0 * hw, hw, c1 - c0, runs + tap * NR, counts[tap]);
+            const auto copy = s.stride_w == 1 ? copy_tap<NR, 1, T, A> : copy_tap<NR, 2, T, A>;
+            copy(rows, taps * NR, img + c0 * hw, hw, c1 - c0, runs + tap * NR, counts[tap], img,
+                 img + s.c * hw);
           }
           continue;
         }
@@ -90,15 +102,6 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
             for (int v = 0; v < NR; v += 16)
               _mm512_storeu_ps(d + v, conv_detail::load_half_lanes_as_float(channel, run, n, v,
                                                                             s.stride_w));
-            continue;
-          }
-        }
-#elif defined(__AVX2__)
-        if constexpr (sizeof(T) == 2 && kLoad8<T>) {  // stride 2: whole spans inside the image
-          if (s.stride_w == 2) {
-            for (int v = 0; v < NR; v += 8)
-              _mm256_storeu_ps(d + v, conv_detail::load_half_lanes8(channel, run, n, v, s.stride_w,
-                                                                    img, img + s.c * hw));
             continue;
           }
         }

@@ -188,35 +188,76 @@ inline __m512 load_half_lanes_as_float(const T* plane, const Run* run, int count
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
-// Float lanes [first, first + 8) of 16-bit T (kLoad8) read through runs of stride 1 or
-// 2, zeros outside the runs. AVX2 has no masked 16-bit loads: a run whose whole span
-// (8 or 16 elements) lies inside x, [lo, hi), is one load, widened and blended in by
-// the run's lanes; a run whose span crosses an end of x is copied element by element.
+// AVX2 has no masked 16-bit loads. Blends into `out` the float lanes [first, first + 8)
+// (those set in `lanes`, a Simd<float> mask) that one run of stride 1 or 2 reads from a
+// plane of 16-bit T (kLoad8): one load of the run's whole span (8 or 16 elements) where
+// it lies inside x, [lo, hi), widened; element by element where it crosses an end of x.
+template <typename T>
+inline __m256 blend_half_run8(__m256 out, const T* plane, const Run& run, int first,
+                              int64_t stride_w, __m256i lanes, const T* lo, const T* hi) {
+  const T* span = stride_w == 1 ? lane_address<1>(plane, run, first)
+                                : lane_address<2>(plane, run, first);
+  const std::intptr_t at = reinterpret_cast<std::intptr_t>(span);
+  if (at >= reinterpret_cast<std::intptr_t>(lo) &&
+      at + 8 * stride_w * std::intptr_t(sizeof(T)) <= reinterpret_cast<std::intptr_t>(hi)) {
+    const __m256 all = stride_w == 1 ? gemm_detail::load8(span) : gemm_detail::load8_even(span);
+    return _mm256_blendv_ps(out, all, _mm256_castsi256_ps(lanes));
+  }
+  alignas(32) float values[8];
+  _mm256_store_ps(values, out);
+  for (int j = std::max(run.a, first); j < std::min(run.b, first + 8); ++j)
+    values[j - first] = load(plane[run.off + (j - run.a) * stride_w]);
+  return _mm256_load_ps(values);
+}
+
+// Float lanes [first, first + 8) read through runs, zeros outside them.
 template <typename T>
 inline __m256 load_half_lanes8(const T* plane, const Run* run, int count, int first,
                                int64_t stride_w, const T* lo, const T* hi) {
   __m256 out = _mm256_setzero_ps();
-  const std::intptr_t span_bytes = 8 * stride_w * std::intptr_t(sizeof(T));
   for (int i = 0; i < count; ++i) {
     const uint32_t bits = (run[i].bits >> first) & 0xffu;
-    if (bits == 0) continue;
-    const T* span = stride_w == 1 ? lane_address<1>(plane, run[i], first)
-                                  : lane_address<2>(plane, run[i], first);
-    const std::intptr_t at = reinterpret_cast<std::intptr_t>(span);
-    if (at >= reinterpret_cast<std::intptr_t>(lo) &&
-        at + span_bytes <= reinterpret_cast<std::intptr_t>(hi)) {
-      const __m256 lanes = stride_w == 1 ? gemm_detail::load8(span) : gemm_detail::load8_even(span);
-      out = _mm256_blendv_ps(out, lanes, _mm256_castsi256_ps(gemm_detail::Simd<float>::lanes(bits)));
-      continue;
-    }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, out);
-    for (int j = std::max(run[i].a, first); j < std::min(run[i].b, first + 8); ++j)
-      lanes[j - first] = load(plane[run[i].off + (j - run[i].a) * stride_w]);
-    out = _mm256_load_ps(lanes);
+    if (bits != 0)
+      out = blend_half_run8(out, plane, run[i], first, stride_w,
+                            gemm_detail::Simd<float>::lanes(bits), lo, hi);
   }
   return out;
 }
+
+// load_half_lanes8 of lanes [8 v, 8 v + 8), v < NV, for many planes through the same runs
+// (every channel of a tap): the lane masks are made once.
+template <typename T, int NV>
+class HalfRunLanes8 {
+  static constexpr int kMaxRuns = 8 * NV;  // one per lane
+
+ public:
+  // `run` must outlive the HalfRunLanes8.
+  HalfRunLanes8(const Run* run, int count, int64_t stride_w, const T* lo, const T* hi)
+      : run_(run), count_(count), stride_w_(stride_w), lo_(lo), hi_(hi) {
+    for (int i = 0; i < count; ++i)
+      for (int v = 0; v < NV; ++v) {
+        const uint32_t bits = (run[i].bits >> (8 * v)) & 0xffu;
+        live_[i][v] = bits != 0;
+        mask_[i][v] = gemm_detail::Simd<float>::lanes(bits);
+      }
+  }
+
+  __m256 load(const T* plane, int v) const {
+    __m256 out = _mm256_setzero_ps();
+    for (int i = 0; i < count_; ++i)
+      if (live_[i][v])
+        out = blend_half_run8(out, plane, run_[i], 8 * v, stride_w_, mask_[i][v], lo_, hi_);
+    return out;
+  }
+
+ private:
+  const Run* run_;
+  int count_;
+  int64_t stride_w_;
+  const T *lo_, *hi_;
+  bool live_[kMaxRuns][NV];
+  __m256i mask_[kMaxRuns][NV];
+};
 #endif
 
 #if defined(__AVX512BF16__)
