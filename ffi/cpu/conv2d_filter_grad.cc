@@ -6,8 +6,8 @@
 // gathered L at a time, each column's L output pixels as one masked vector load from x
 // per run (two at stride 2; conv2d_taps.h: the lanes of one output row inside the
 // image, the same for every channel of a tap), then transposed in registers into the
-// panel. No im2col
-// matrix is written, and each B panel is multiplied while it is still in cache.
+// panel. No im2col matrix is written, and each B panel is multiplied while it is still
+// in cache.
 // Where the CPU has AVX512_BF16, bfloat16 is packed as pairs of consecutive steps
 // (Packed<T>); an image of odd P * Q then ends with a zero step, so that no pair spans
 // two images.
@@ -45,10 +45,10 @@ constexpr int kLanes = 8;
 #endif
 
 // col[l] = the input pixel that lane l's output pixel reads through the runs (of one
-// channel's plane), 0 outside them, for l < kLanes.
-// x holds [lo, hi). Stride 2 takes masked loads where masks are cheap to make (AVX-512's
-// mask registers; for float AVX2's mask vectors cost more per column than the copy lane
-// by lane: 11 % slower).
+// channel's plane), 0 outside them, for l < kLanes; x is [lo, hi). Float and double
+// take masked loads at stride 2 only where masks are cheap to make (AVX-512's mask
+// registers): AVX2's mask vectors cost more per column than the copy lane by lane
+// (11 % slower).
 template <typename T, typename A>
 inline void gather_column(A* col, const T* plane, const Run* run, int count, int64_t stride_w,
                           [[maybe_unused]] const T* lo, [[maybe_unused]] const T* hi) {
