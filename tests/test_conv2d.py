@@ -33,6 +33,8 @@ CASES = [
     ((1, 229, 6, 7), (5, 3, 3), (1, 1), (1, 1)),  # C*R*S = 2061: two K blocks of pairs
     ((1, 3, 15, 33), (4, 3, 3), (2, 2), (0, 0)),  # stride 2 reads x's last element
     ((2, 5, 13, 63), (6, 3, 3), (2, 2), (1, 1)),  # stride 2, output rows longer than a panel
+    ((37, 2, 3, 3), (3, 2, 2), (1, 1), (0, 0)),  # 4-pixel images: a panel spans 8 of them
+    ((5, 24, 7, 7), (70, 3, 3), (1, 1), (1, 1)),  # 7x7: task slices span images
 ]
 
 

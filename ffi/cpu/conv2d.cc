@@ -1,8 +1,10 @@
-// conv2d as an implicit GEMM on the engine of gemm_microkernel.h: per group g and image
-// n, out[g, n] (K x P*Q) = w[g] (K x C*R*S) @ im2col(x[g, n]) (C*R*S x P*Q).
-// The weights are packed once per group and shared by all tasks; each task owns a
-// range of output columns of one image and packs just that slice of the im2col
-// matrix straight from x, so no full im2col buffer ever exists. Where the CPU has
+// conv2d as an implicit GEMM on the engine of gemm_microkernel.h: per group g,
+// out[g] (K x N*P*Q) = w[g] (K x C*R*S) @ im2col(x[g]) (C*R*S x N*P*Q), the images'
+// columns laid end to end. The weights are packed once per group and shared by all
+// tasks; each task owns a range of output columns and packs just that slice of the
+// im2col matrix straight from x, so no full im2col buffer ever exists. A slice may
+// span images, so that small images (7x7, 14x14) fill whole register tiles; such a
+// slice is computed into a staging buffer and copied to its images' outputs. Where the CPU has
 // AVX512_BF16, bfloat16 is packed as pairs of consecutive im2col rows for VDPBF16PS,
 // like gemm's operands (Packed<T>); else it is widened to float.
 #include <algorithm>
@@ -19,7 +21,7 @@ namespace {
 
 using namespace gemm_detail;
 using conv_detail::Run;
-using conv_detail::tap_runs;
+using conv_detail::tap_runs_across_images;
 
 constexpr double kMinTaskFlops = double(1 << 21);
 // Elements of a task's packed im2col slice (C*R*S x columns): about half of L2.
@@ -59,11 +61,11 @@ template <int NR, int Stride, typename T, typename A>
 void copy_tap(A*, int64_t, const T*, int64_t, int64_t, const Run*, int, const T*, const T*) {}
 #endif
 
-// Packs columns [j0, j0 + cols) of the im2col matrix of one image (C x H x W) as NR
-// column panels over all K blocks, zero padding the panels past `cols`. `runs` and
-// `counts` have room for R * S * NR and R * S entries.
+// Packs columns [j0, j0 + cols) of the im2col matrix of one group's images (x: N x C x
+// H x W, columns n * P * Q + pixel) as NR column panels over all K blocks, zero padding
+// the panels past `cols`. `runs` and `counts` have room for R * S * NR and R * S entries.
 template <int NR, typename T, typename A>
-void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_t j0,
+void pack_im2col(A* dst, int64_t width, const T* x, const ConvShape& s, int64_t j0,
                  int64_t cols, const KBlocks& kb, Run* runs, int* counts) {
   const int64_t taps = s.r * s.s, hw = s.h * s.w;
   [[maybe_unused]] const bool fast = kTapCopy<T> && (s.stride_w == 1 || s.stride_w == 2);
@@ -71,7 +73,7 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
     // The runs of every filter tap (r, t) over the panel's columns.
     const int64_t end = std::min(cols, jp + NR);
     for (int64_t tap = 0; tap < taps; ++tap)
-      counts[tap] = tap_runs(s, tap / s.s, tap % s.s, j0 + jp, 0, end - jp, 0, runs + tap * NR);
+      counts[tap] = tap_runs_across_images(s, tap / s.s, tap % s.s, j0 + jp, end - jp, runs + tap * NR);
     for (int64_t b = 0; b < kb.count; ++b) {
       const int64_t k0 = kb.begin(b), kc = kb.depth(b);
       A* d = dst + k0 * width + jp * kc;
@@ -84,8 +86,8 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
             if (c1 <= c0) continue;
             A* rows = d + (c0 * taps + tap - k0) * NR;
             const auto copy = s.stride_w == 1 ? copy_tap<NR, 1, T, A> : copy_tap<NR, 2, T, A>;
-            copy(rows, taps * NR, img + c0 * hw, hw, c1 - c0, runs + tap * NR, counts[tap], img,
-                 img + s.c * hw);
+            copy(rows, taps * NR, x + c0 * hw, hw, c1 - c0, runs + tap * NR, counts[tap], x,
+                 x + s.n * s.c * hw);
           }
           continue;
         }
@@ -94,7 +96,7 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
       for (int64_t kk = 0; kk < kc; ++kk, d += NR) {
         const Run* run = runs + tap * NR;
         const int n = counts[tap];
-        const T* channel = img + c * hw;
+        const T* channel = x + c * hw;
         if (++tap == taps) tap = 0, ++c;
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
         if constexpr (sizeof(T) == 2) {  // half types: masked 16-bit loads, widened after
@@ -125,14 +127,14 @@ void pack_im2col(A* dst, int64_t width, const T* img, const ConvShape& s, int64_
 // pack_im2col as bfloat16 pairs (kb counts pairs): pair kk of column j holds rows 2 kk
 // and 2 kk + 1 of the im2col matrix (a zero past its last row), as VDPBF16PS takes them.
 template <int NR>
-void pack_im2col(BfPair* dst, int64_t width, const bfloat16* img, const ConvShape& s,
+void pack_im2col(BfPair* dst, int64_t width, const bfloat16* x, const ConvShape& s,
                  int64_t j0, int64_t cols, const KBlocks& kb, Run* runs, int* counts) {
   static_assert(NR == 32, "one 16-bit lane per column of a 512-bit vector");
   const int64_t taps = s.r * s.s, hw = s.h * s.w, rows = s.c * taps;
   const auto row = [&](int64_t k) {
     if (k >= rows) return _mm512_setzero_si512();
     const int64_t tap = k % taps;
-    return conv_detail::gather_bf16_lanes(img + k / taps * hw, runs + tap * NR, counts[tap],
+    return conv_detail::gather_bf16_lanes(x + k / taps * hw, runs + tap * NR, counts[tap],
                                           s.stride_w);
   };
   // Sixteen pairs: the 32-bit lanes lo | hi << 16 of two rows' 16-bit lanes.
@@ -143,7 +145,7 @@ void pack_im2col(BfPair* dst, int64_t width, const bfloat16* img, const ConvShap
   for (int64_t jp = 0; jp < width; jp += NR) {
     const int64_t end = std::min(cols, jp + NR);
     for (int64_t tap = 0; tap < taps; ++tap)
-      counts[tap] = tap_runs(s, tap / s.s, tap % s.s, j0 + jp, 0, end - jp, 0, runs + tap * NR);
+      counts[tap] = tap_runs_across_images(s, tap / s.s, tap % s.s, j0 + jp, end - jp, runs + tap * NR);
     for (int64_t b = 0; b < kb.count; ++b) {
       const int64_t p0 = kb.begin(b), kc = kb.depth(b);
       BfPair* d = dst + p0 * width + jp * kc;
@@ -182,15 +184,16 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
   const int64_t group_step =
       std::clamp<int64_t>(cache_blocks<P>().pack / (mw * kp), 1, s.groups);
 
-  // Output columns per task: a slice of about kSliceElements, or less when that
-  // would leave threads without work.
-  const int64_t col_tiles = ceil_div(cols, NR), step_images = group_step * s.n;
+  // Output columns per task: a slice of about kSliceElements of a group's N * P * Q, or
+  // less when that would leave threads without work.
+  const int64_t group_cols = s.n * cols, col_tiles = ceil_div(group_cols, NR);
   int64_t slice_tiles = std::clamp<int64_t>(kSliceElements / (kp * NR), 1, col_tiles);
   const int64_t want = 4 * par.threads();
-  if (step_images * ceil_div(col_tiles, slice_tiles) < want)
-    slice_tiles = ceil_div(col_tiles, ceil_div(want, step_images));
+  if (group_step * ceil_div(col_tiles, slice_tiles) < want)
+    slice_tiles = ceil_div(col_tiles, ceil_div(want, group_step));
   const int64_t slices = ceil_div(col_tiles, slice_tiles), slice = slice_tiles * NR;
   const double slice_flops = 2.0 * double(m) * double(kd) * double(slice);
+  const bool may_span = s.n > 1 && cols % slice != 0;
 
   Scratch<P> wpack(group_step * mw * kp);
   for (int64_t g0 = 0; g0 < s.groups; g0 += group_step) {
@@ -205,21 +208,32 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
           pack_panels<MR>(dst, mw, src, kd, 1, m, 0, mw, kb);
       }
     });
-    par.for_range(gn * s.n * slices, int64_t(kMinTaskFlops / slice_flops) + 1,
+    par.for_range(gn * slices, int64_t(kMinTaskFlops / slice_flops) + 1,
                   [&](int64_t begin, int64_t end) {
       Scratch<P> bpack(kp * slice);
       std::vector<Run> runs(s.r * s.s * NR);
       std::vector<int> counts(s.r * s.s);
       Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<P>().mc * slice);
+      Scratch<T> staged(may_span ? m * slice : 0);  // a slice that spans images
       for (int64_t u = begin; u < end; ++u) {
-        const int64_t g = u / (s.n * slices), n = u / slices % s.n, j0 = u % slices * slice;
-        const int64_t nc = std::min(slice, cols - j0), width = round_up(nc, NR);
-        const int64_t image = (g0 + g) * s.n + n;
-        pack_im2col<NR>(bpack.data(), width, x + image * s.c * hw, s, j0, nc, kb, runs.data(),
+        const int64_t g = g0 + u / slices, j0 = u % slices * slice;
+        const int64_t nc = std::min(slice, group_cols - j0), width = round_up(nc, NR);
+        pack_im2col<NR>(bpack.data(), width, x + g * s.n * s.c * hw, s, j0, nc, kb, runs.data(),
                         counts.data());
-        const Target<T> t{out + image * m * cols + j0, nullptr, cols, A(1), A(0)};
-        compute_region<T, P>(wpack.data() + g * mw * kp, mw, bpack.data(), width, kb, 0, m, 0,
-                             nc, t, scratch.data());
+        T* group_out = out + g * s.n * m * cols;
+        const int64_t first = j0 / cols, last = (j0 + nc - 1) / cols;  // images
+        const bool spans = first != last;
+        const Target<T> t{spans ? staged.data() : group_out + first * m * cols + j0 % cols,
+                          nullptr, spans ? nc : cols, A(1), A(0)};
+        compute_region<T, P>(wpack.data() + (g - g0) * mw * kp, mw, bpack.data(), width, kb, 0,
+                             m, 0, nc, t, scratch.data());
+        for (int64_t j = j0; spans && j < j0 + nc;) {  // image by image
+          const int64_t pix = j % cols, len = std::min(cols - pix, j0 + nc - j);
+          for (int64_t k = 0; k < m; ++k)
+            std::copy_n(staged.data() + k * nc + (j - j0), len,
+                        group_out + (j / cols * m + k) * cols + pix);
+          j += len;
+        }
       }
     });
   }

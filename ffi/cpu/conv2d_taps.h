@@ -47,6 +47,21 @@ inline int tap_runs(const ConvShape& s, int64_t r, int64_t t, int64_t pix0, int 
   return n;
 }
 
+// tap_runs for `len` lanes holding the consecutive columns col0, col0 + 1, ... of a
+// group's images laid end to end (column n * P * Q + pixel), split where they pass from
+// one image to the next; offsets count from the group's first image.
+inline int tap_runs_across_images(const ConvShape& s, int64_t r, int64_t t, int64_t col0,
+                                  int64_t len, Run* out) {
+  const int64_t pq = s.p * s.q, image = s.c * s.h * s.w;
+  int n = 0;
+  for (int64_t j = 0; j < len;) {
+    const int64_t pix = (col0 + j) % pq, seg = std::min(pq - pix, len - j);
+    n += tap_runs(s, r, t, pix, int(j), seg, (col0 + j) / pq * image, out + n);
+    j += seg;
+  }
+  return n;
+}
+
 // The address lane `lane` of a run would read, were the run to extend there (the runs'
 // stride is 1 or 2): integer arithmetic, as it may lie outside the plane (masked loads
 // never touch it).
