@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 namespace oxijax::cpu {
 namespace {
+
+// How long the calling thread waits for the helpers' last chunks before it sleeps.
+constexpr auto kAwakeWait = std::chrono::microseconds(200);
 
 // Shared by the caller and the helper tasks; a task that starts after the loop has
 // finished sees no chunk left and touches nothing but this object, which it co-owns.
@@ -71,8 +76,14 @@ void Parallel::for_range(int64_t n, int64_t grain,
     // Could not hand out more tasks (out of memory): the caller does the rest itself.
   }
   state->work();
+  // The helpers are finishing their last chunks: wait for them awake for a while (a
+  // thread put to sleep takes tens of microseconds to wake on a busy or virtual
+  // machine, which shows on sub-millisecond ops), then asleep.
+  const auto finished = [&] { return state->done.load() == state->num_chunks; };
+  const auto give_up = std::chrono::steady_clock::now() + kAwakeWait;
+  while (!finished() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
   std::unique_lock<std::mutex> lock(state->mu);
-  state->cv.wait(lock, [&] { return state->done.load() == state->num_chunks; });
+  state->cv.wait(lock, finished);
   if (state->error) std::rethrow_exception(state->error);
 }
 
