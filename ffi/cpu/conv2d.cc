@@ -61,6 +61,14 @@ template <int NR, int Stride, typename T, typename A>
 void copy_tap(A*, int64_t, const T*, int64_t, int64_t, const Run*, int, const T*, const T*) {}
 #endif
 
+// The runs of every filter tap (r, t) over `len` panel columns from column col0 of a
+// group's images: counts[tap] of them at runs + tap * NR.
+template <int NR>
+void panel_runs(const ConvShape& s, int64_t col0, int64_t len, Run* runs, int* counts) {
+  for (int64_t tap = 0; tap < s.r * s.s; ++tap)
+    counts[tap] = tap_runs_across_images(s, tap / s.s, tap % s.s, col0, len, runs + tap * NR);
+}
+
 // Packs columns [j0, j0 + cols) of the im2col matrix of one group's images (x: N x C x
 // H x W, columns n * P * Q + pixel) as NR column panels over all K blocks, zero padding
 // the panels past `cols`. `runs` and `counts` have room for R * S * NR and R * S entries.
@@ -70,10 +78,7 @@ void pack_im2col(A* dst, int64_t width, const T* x, const ConvShape& s, int64_t 
   const int64_t taps = s.r * s.s, hw = s.h * s.w;
   [[maybe_unused]] const bool fast = kTapCopy<T> && (s.stride_w == 1 || s.stride_w == 2);
   for (int64_t jp = 0; jp < width; jp += NR) {
-    // The runs of every filter tap (r, t) over the panel's columns.
-    const int64_t end = std::min(cols, jp + NR);
-    for (int64_t tap = 0; tap < taps; ++tap)
-      counts[tap] = tap_runs_across_images(s, tap / s.s, tap % s.s, j0 + jp, end - jp, runs + tap * NR);
+    panel_runs<NR>(s, j0 + jp, std::min(cols, jp + NR) - jp, runs, counts);
     for (int64_t b = 0; b < kb.count; ++b) {
       const int64_t k0 = kb.begin(b), kc = kb.depth(b);
       A* d = dst + k0 * width + jp * kc;
@@ -143,9 +148,7 @@ void pack_im2col(BfPair* dst, int64_t width, const bfloat16* x, const ConvShape&
                            _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
   };
   for (int64_t jp = 0; jp < width; jp += NR) {
-    const int64_t end = std::min(cols, jp + NR);
-    for (int64_t tap = 0; tap < taps; ++tap)
-      counts[tap] = tap_runs_across_images(s, tap / s.s, tap % s.s, j0 + jp, end - jp, runs + tap * NR);
+    panel_runs<NR>(s, j0 + jp, std::min(cols, jp + NR) - jp, runs, counts);
     for (int64_t b = 0; b < kb.count; ++b) {
       const int64_t p0 = kb.begin(b), kc = kb.depth(b);
       BfPair* d = dst + p0 * width + jp * kc;
@@ -227,7 +230,8 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
                           nullptr, spans ? nc : cols, A(1), A(0)};
         compute_region<T, P>(wpack.data() + (g - g0) * mw * kp, mw, bpack.data(), width, kb, 0,
                              m, 0, nc, t, scratch.data());
-        for (int64_t j = j0; spans && j < j0 + nc;) {  // image by image
+        if (!spans) continue;
+        for (int64_t j = j0; j < j0 + nc;) {  // image by image
           const int64_t pix = j % cols, len = std::min(cols - pix, j0 + nc - j);
           for (int64_t k = 0; k < m; ++k)
             std::copy_n(staged.data() + k * nc + (j - j0), len,
