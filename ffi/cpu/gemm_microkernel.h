@@ -40,10 +40,13 @@ namespace oxijax::cpu::gemm_detail {
 
 // MR x NR: the block of C a micro-kernel call keeps in registers.
 template <typename A> struct Blocking;
+// kMR x kNR: the register tile. A panel's last rows (M not a multiple of kMR) run a
+// tile of only kMidRows or kFewRows rows when they fit, instead of multiplying rows of
+// zeros: 64 rows are 4 x 14 + 8 on AVX-512, not 5 x 14 (70).
 #if defined(__AVX512F__)
 // 14 x 2 zmm accumulators + 2 B vectors + 1 broadcast = 31 of the 32 zmm registers.
-template <> struct Blocking<float> { static constexpr int kMR = 14, kNR = 32; };
-template <> struct Blocking<double> { static constexpr int kMR = 14, kNR = 16; };
+template <> struct Blocking<float> { static constexpr int kMR = 14, kNR = 32, kMidRows = 8, kFewRows = 4; };
+template <> struct Blocking<double> { static constexpr int kMR = 14, kNR = 16, kMidRows = 8, kFewRows = 4; };
 #else
 // 6 x 2 vectors of accumulators + 2 B vectors + 1 broadcast = 15 of the 16 vector
 // registers (ymm with AVX2, xmm with SSE2, q with NEON).
@@ -52,8 +55,12 @@ inline constexpr int kVecBytes = 32;
 #else
 inline constexpr int kVecBytes = 16;
 #endif
-template <> struct Blocking<float> { static constexpr int kMR = 6, kNR = 2 * kVecBytes / 4; };
-template <> struct Blocking<double> { static constexpr int kMR = 6, kNR = 2 * kVecBytes / 8; };
+template <> struct Blocking<float> {
+  static constexpr int kMR = 6, kNR = 2 * kVecBytes / 4, kMidRows = 4, kFewRows = 2;
+};
+template <> struct Blocking<double> {
+  static constexpr int kMR = 6, kNR = 2 * kVecBytes / 8, kMidRows = 4, kFewRows = 2;
+};
 #endif
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -657,9 +664,10 @@ inline constexpr int kPrefetchSteps = 8;
 // often share one L1 set, as leading dimensions tend to be powers of two).
 inline constexpr int64_t kPrefetchCSteps = 32;
 
-// acc += (MR x steps sliver of A) @ (steps x NR micro-panel of B).
-template <typename A, typename V, int MR, int NV>
-inline void multiply_steps(int64_t steps, const A* a, const A* b, V (&acc)[MR][NV]) {
+// acc += (ROWS x steps of an A sliver whose K steps are MR apart) @ (steps x NR
+// micro-panel of B).
+template <int MR, typename A, typename V, int ROWS, int NV>
+inline void multiply_steps(int64_t steps, const A* a, const A* b, V (&acc)[ROWS][NV]) {
   using S = Simd<A>;
   constexpr int L = S::kLanes;
 #pragma GCC unroll 4
@@ -669,7 +677,7 @@ inline void multiply_steps(int64_t steps, const A* a, const A* b, V (&acc)[MR][N
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) bv[v] = S::load(b + v * L);
 #pragma GCC unroll 64
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < ROWS; ++i) {
       const V ai = S::set1(a[i]);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[i][v] = S::fma(ai, bv[v], acc[i][v]);
@@ -680,10 +688,10 @@ inline void multiply_steps(int64_t steps, const A* a, const A* b, V (&acc)[MR][N
 }
 
 #if defined(__AVX512BF16__)
-// acc += (MR x steps sliver of A pairs) @ (steps x NR micro-panel of B pairs): each
-// VDPBF16PS adds two K steps' products to 16 float lanes.
-template <typename V, int MR, int NV>
-inline void multiply_steps(int64_t steps, const BfPair* a, const BfPair* b, V (&acc)[MR][NV]) {
+// The same over A and B pairs: each VDPBF16PS adds two K steps' products to 16 float
+// lanes.
+template <int MR, typename V, int ROWS, int NV>
+inline void multiply_steps(int64_t steps, const BfPair* a, const BfPair* b, V (&acc)[ROWS][NV]) {
   constexpr int L = 16;
 #pragma GCC unroll 4
   for (int64_t k = 0; k < steps; ++k) {
@@ -692,7 +700,7 @@ inline void multiply_steps(int64_t steps, const BfPair* a, const BfPair* b, V (&
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + v * L);
 #pragma GCC unroll 64
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < ROWS; ++i) {
       const __m512bh ai = (__m512bh)_mm512_set1_epi32(int(a[i].bits));
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
@@ -761,26 +769,26 @@ inline void store_edge_tile(const V (&acc)[MR][NV], A* dst, int64_t ldd, const A
 #endif
 }
 
-// P: the packed element type; its accumulator type A is what dst holds.
-template <typename P, typename A = Acc<P>>
-void micro_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
-                  int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
+// The top ROWS rows of an MR-row panel (mr <= ROWS of them stored).
+template <int ROWS, typename P, typename A>
+void tile_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
+                 int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
   using S = Simd<A>;
   using V = typename S::V;
   constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, NV = NR / S::kLanes;
-  V acc[MR][NV];
+  V acc[ROWS][NV];
 #pragma GCC unroll 64
-  for (int i = 0; i < MR; ++i)
+  for (int i = 0; i < ROWS; ++i)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[i][v] = S::zero();
   const int64_t head = std::max<int64_t>(kc - kPrefetchCSteps, 0);
-  multiply_steps(head, a, b, acc);
+  multiply_steps<MR>(head, a, b, acc);
   for (int i = 0; i < mr; ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd + NR - 1), _MM_HINT_T0);
   }
-  multiply_steps(kc - head, a + head * MR, b + head * NR, acc);
-  if (mr == MR && nr == NR)
+  multiply_steps<MR>(kc - head, a + head * MR, b + head * NR, acc);
+  if (mr == ROWS && nr == NR)
     store_tile(acc, dst, ldd, src, lds, alpha, beta);
   else
     store_edge_tile(acc, dst, ldd, src, lds, alpha, beta, mr, nr);
@@ -802,24 +810,25 @@ inline V madd(V a, V b, V c) {
   return c + a * b;
 }
 
-template <typename P, typename A = Acc<P>>
-void micro_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
-                  int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
+// The top ROWS rows of an MR-row panel (mr <= ROWS of them stored).
+template <int ROWS, typename P, typename A>
+void tile_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
+                 int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
   using V = typename Vec<A>::type;
   constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, L = kVecBytes / sizeof(A);
   constexpr int NV = NR / L;
-  V acc[MR][NV];
-  for (int i = 0; i < MR; ++i)
+  V acc[ROWS][NV];
+  for (int i = 0; i < ROWS; ++i)
     for (int v = 0; v < NV; ++v) acc[i][v] = V{};
   for (int64_t k = 0; k < kc; ++k, a += MR, b += NR) {
     V bv[NV];
     for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], b + v * L, sizeof(V));
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < ROWS; ++i) {
       const V ai = V{} + a[i];
       for (int v = 0; v < NV; ++v) acc[i][v] = madd(ai, bv[v], acc[i][v]);
     }
   }
-  A tile[MR][NR];
+  A tile[ROWS][NR];
   std::memcpy(tile, acc, sizeof tile);
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) {
@@ -829,6 +838,20 @@ void micro_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* d
     }
 }
 #endif
+
+// P: the packed element type; its accumulator type A is what dst holds. Computes the
+// top-left mr x nr of an MR x NR tile, with only as many rows of the panel as needed.
+template <typename P, typename A = Acc<P>>
+void micro_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
+                  int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
+  using B = Blocking<A>;
+  if (mr > B::kMidRows)
+    tile_kernel<B::kMR>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+  else if (mr > B::kFewRows)
+    tile_kernel<B::kMidRows>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+  else
+    tile_kernel<B::kFewRows>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+}
 
 // ---------------------------------------------------------------- macro-kernel
 
