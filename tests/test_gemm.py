@@ -53,11 +53,15 @@ def test_gemm_shapes_and_transposes(m, n, k, trans_a, trans_b, dtype):
     check(m, n, k, dtype, trans_a, trans_b)
 
 
-def test_every_row_count_of_the_last_panel(dtype):
-    # The last panel's rows run a shorter tile when they fit one (AVX-512: 4 or 8 of its
-    # 14 rows; AVX2 and the others: 2 or 4 of 6): m from 1 to 30 ends on every count.
+def test_every_row_and_column_count_of_the_last_tile(dtype):
+    # The last tile's rows run a shorter tile when they fit one (AVX-512: 4 or 8 of its
+    # 14 rows; AVX2 and the others: 2 or 4 of 6), its columns a tile of one vector when
+    # they fit it (16 of 32 columns, 8 of 16 on AVX2): m from 1 to 30 and n from 1 to 66
+    # end on every count.
     for m in range(1, 31):
         check(m, 37, 19, dtype, "N", "T", alpha=1.5, beta=0.5)
+    for n in range(1, 67):
+        check(9, n, 21, dtype, "T", "N", alpha=1.5, beta=0.5)
 
 
 @pytest.mark.parametrize("alpha,beta", [(2.0, 0.0), (1.0, 1.0), (-0.5, 2.5), (0.0, 1.0)])

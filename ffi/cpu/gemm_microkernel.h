@@ -42,7 +42,8 @@ namespace oxijax::cpu::gemm_detail {
 template <typename A> struct Blocking;
 // kMR x kNR: the register tile. A panel's last rows (M not a multiple of kMR) run a
 // tile of only kMidRows or kFewRows rows when they fit, instead of multiplying rows of
-// zeros: 64 rows are 4 x 14 + 8 on AVX-512, not 5 x 14 (70).
+// zeros (64 rows are 4 x 14 + 8 on AVX-512, not 5 x 14), and a last column tile of at
+// most kNR / 2 columns a tile of one vector.
 #if defined(__AVX512F__)
 // 14 x 2 zmm accumulators + 2 B vectors + 1 broadcast = 31 of the 32 zmm registers.
 template <> struct Blocking<float> { static constexpr int kMR = 14, kNR = 32, kMidRows = 8, kFewRows = 4; };
@@ -62,6 +63,8 @@ template <> struct Blocking<double> {
   static constexpr int kMR = 6, kNR = 2 * kVecBytes / 8, kMidRows = 4, kFewRows = 2;
 };
 #endif
+// Every tile is two vectors wide (kNR is twice a vector's lanes).
+template <typename A> inline constexpr int kTileVectors = 2;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -664,9 +667,9 @@ inline constexpr int kPrefetchSteps = 8;
 // often share one L1 set, as leading dimensions tend to be powers of two).
 inline constexpr int64_t kPrefetchCSteps = 32;
 
-// acc += (ROWS x steps of an A sliver whose K steps are MR apart) @ (steps x NR
-// micro-panel of B).
-template <int MR, typename A, typename V, int ROWS, int NV>
+// acc += (ROWS x steps of an A sliver whose K steps are MR apart) @ (steps x NV vectors
+// of a B micro-panel whose K steps are NR apart).
+template <int MR, int NR, typename A, typename V, int ROWS, int NV>
 inline void multiply_steps(int64_t steps, const A* a, const A* b, V (&acc)[ROWS][NV]) {
   using S = Simd<A>;
   constexpr int L = S::kLanes;
@@ -683,14 +686,14 @@ inline void multiply_steps(int64_t steps, const A* a, const A* b, V (&acc)[ROWS]
       for (int v = 0; v < NV; ++v) acc[i][v] = S::fma(ai, bv[v], acc[i][v]);
     }
     a += MR;
-    b += NV * L;
+    b += NR;
   }
 }
 
 #if defined(__AVX512BF16__)
 // The same over A and B pairs: each VDPBF16PS adds two K steps' products to 16 float
 // lanes.
-template <int MR, typename V, int ROWS, int NV>
+template <int MR, int NR, typename V, int ROWS, int NV>
 inline void multiply_steps(int64_t steps, const BfPair* a, const BfPair* b, V (&acc)[ROWS][NV]) {
   constexpr int L = 16;
 #pragma GCC unroll 4
@@ -706,7 +709,7 @@ inline void multiply_steps(int64_t steps, const BfPair* a, const BfPair* b, V (&
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
     }
     a += MR;
-    b += NV * L;
+    b += NR;
   }
 }
 #endif
@@ -769,26 +772,26 @@ inline void store_edge_tile(const V (&acc)[MR][NV], A* dst, int64_t ldd, const A
 #endif
 }
 
-// The top ROWS rows of an MR-row panel (mr <= ROWS of them stored).
-template <int ROWS, typename P, typename A>
+// The top-left ROWS x NV vectors of an MR x NR tile (mr x nr of them stored).
+template <int ROWS, int NV, typename P, typename A>
 void tile_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
                  int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
   using S = Simd<A>;
   using V = typename S::V;
-  constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, NV = NR / S::kLanes;
+  constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
   V acc[ROWS][NV];
 #pragma GCC unroll 64
   for (int i = 0; i < ROWS; ++i)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[i][v] = S::zero();
   const int64_t head = std::max<int64_t>(kc - kPrefetchCSteps, 0);
-  multiply_steps<MR>(head, a, b, acc);
+  multiply_steps<MR, NR>(head, a, b, acc);
   for (int i = 0; i < mr; ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd + NR - 1), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(dst + i * ldd + nr - 1), _MM_HINT_T0);
   }
-  multiply_steps<MR>(kc - head, a + head * MR, b + head * NR, acc);
-  if (mr == ROWS && nr == NR)
+  multiply_steps<MR, NR>(kc - head, a + head * MR, b + head * NR, acc);
+  if (mr == ROWS && nr == NV * S::kLanes)
     store_tile(acc, dst, ldd, src, lds, alpha, beta);
   else
     store_edge_tile(acc, dst, ldd, src, lds, alpha, beta, mr, nr);
@@ -810,13 +813,12 @@ inline V madd(V a, V b, V c) {
   return c + a * b;
 }
 
-// The top ROWS rows of an MR-row panel (mr <= ROWS of them stored).
-template <int ROWS, typename P, typename A>
+// The top-left ROWS x NV vectors of an MR x NR tile (mr x nr of them stored).
+template <int ROWS, int NV, typename P, typename A>
 void tile_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
                  int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
   using V = typename Vec<A>::type;
   constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR, L = kVecBytes / sizeof(A);
-  constexpr int NV = NR / L;
   V acc[ROWS][NV];
   for (int i = 0; i < ROWS; ++i)
     for (int v = 0; v < NV; ++v) acc[i][v] = V{};
@@ -828,7 +830,7 @@ void tile_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* ds
       for (int v = 0; v < NV; ++v) acc[i][v] = madd(ai, bv[v], acc[i][v]);
     }
   }
-  A tile[ROWS][NR];
+  A tile[ROWS][NV * L];
   std::memcpy(tile, acc, sizeof tile);
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) {
@@ -839,18 +841,30 @@ void tile_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* ds
 }
 #endif
 
+// The rows of a tile kernel for mr rows: as few of kMR, kMidRows, kFewRows as hold them.
+template <int NV, typename P, typename A>
+void tile_rows(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst, int64_t ldd,
+               const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
+  using B = Blocking<A>;
+  if (mr > B::kMidRows)
+    tile_kernel<B::kMR, NV>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+  else if (mr > B::kFewRows)
+    tile_kernel<B::kMidRows, NV>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+  else
+    tile_kernel<B::kFewRows, NV>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+}
+
 // P: the packed element type; its accumulator type A is what dst holds. Computes the
-// top-left mr x nr of an MR x NR tile, with only as many rows of the panel as needed.
+// top-left mr x nr of an MR x NR tile, with only as many of its rows as needed and
+// half of its columns when nr fits them.
 template <typename P, typename A = Acc<P>>
 void micro_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* dst,
                   int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
-  using B = Blocking<A>;
-  if (mr > B::kMidRows)
-    tile_kernel<B::kMR>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
-  else if (mr > B::kFewRows)
-    tile_kernel<B::kMidRows>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+  constexpr int NR = Blocking<A>::kNR;
+  if (nr > NR / 2)
+    tile_rows<kTileVectors<A>>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
   else
-    tile_kernel<B::kFewRows>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+    tile_rows<kTileVectors<A> / 2>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
 }
 
 // ---------------------------------------------------------------- macro-kernel
