@@ -82,8 +82,8 @@ template <typename A> struct Prepared {
   // Query block qb's Q and dO rows (stride dp).
   const A* q_rows(int64_t h, int64_t qb) const { return rows(q_in, qr, h, qb); }
   const A* dout_rows(int64_t h, int64_t qb) const { return rows(dout_in, dor, h, qb); }
-  A* q_copy(int64_t h, int64_t qb) const { return qr.get() + block(h, qb) * kBq * dp; }
-  A* dout_copy(int64_t h, int64_t qb) const { return dor.get() + block(h, qb) * kBq * dp; }
+  A* q_copy(int64_t h, int64_t qb) const { return qr.data() + block(h, qb) * kBq * dp; }
+  A* dout_copy(int64_t h, int64_t qb) const { return dor.data() + block(h, qb) * kBq * dp; }
   // The first query block that key block kb's keys are visible to (causal: query i sees
   // key j0 iff i >= j0 - (Skv - Sq)); the later ones all see them.
   static int64_t first_query_block(const AttentionShape& shape, int64_t kb) {
@@ -98,12 +98,12 @@ template <typename A> struct Prepared {
   }
   // Group g's dQ partial of query block qb of head h.
   A* partial(int64_t h, int64_t g, int64_t qb) const {
-    return dq.get() + ((h * groups + g) * nqb + qb) * kBq * dp;
+    return dq.data() + ((h * groups + g) * nqb + qb) * kBq * dp;
   }
 
  private:
   const A* rows(const A* in, const Scratch<A>& copy, int64_t h, int64_t qb) const {
-    return in ? in + (h * sq + qb * kBq) * dim : copy.get() + block(h, qb) * kBq * dp;
+    return in ? in + (h * sq + qb * kBq) * dim : copy.data() + block(h, qb) * kBq * dp;
   }
 };
 
@@ -116,10 +116,10 @@ void prepare_block(const AttentionShape& shape, const T* q, const T* out, const 
   const int64_t i0 = qb * ld, rows = std::min(ld, sq - i0), blk = pre.block(h, qb);
   const A qscale = A(shape.scale * kLog2e);
   const A inf = std::numeric_limits<A>::infinity();
-  A* qt = pre.qt.get() + blk * dim * ld;
-  A* dot = pre.dot.get() + blk * dim * ld;
-  A* lanes_lse = pre.lse.get() + blk * ld;
-  A* lanes_delta = pre.delta.get() + blk * ld;
+  A* qt = pre.qt.data() + blk * dim * ld;
+  A* dot = pre.dot.data() + blk * dim * ld;
+  A* lanes_lse = pre.lse.data() + blk * ld;
+  A* lanes_delta = pre.delta.data() + blk * ld;
   const int64_t base = h * sq + i0;
   for (int64_t i = 0; i < ld; ++i) {
     A delta = A(0);
@@ -177,8 +177,8 @@ void pair(const AttentionShape& shape, const KeyBlock<A>& kb, int64_t h, int64_t
   const int64_t dim = pre.dim, dp = pre.dp, nk = kb.nk;
   const int64_t i0 = qb * ld, rows = std::min(ld, shape.seq_q - i0), blk = pre.block(h, qb);
   const int64_t vecs = (rows + W - 1) / W;  // query lane vectors in use
-  const A* qt = pre.qt.get() + blk * dim * ld;
-  const A* dot = pre.dot.get() + blk * dim * ld;
+  const A* qt = pre.qt.data() + blk * dim * ld;
+  const A* dot = pre.dot.data() + blk * dim * ld;
   A* st = ws.st.p;
   A* dst = ws.dst.p;
 
@@ -194,8 +194,8 @@ void pair(const AttentionShape& shape, const KeyBlock<A>& kb, int64_t h, int64_t
         st[j * ld + i] = ninf;
   }
   // P = exp2(S - lse), dS = P * (dP - delta), in place, row by row (contiguous).
-  const A* lse = pre.lse.get() + blk * ld;
-  const A* delta = pre.delta.get() + blk * ld;
+  const A* lse = pre.lse.data() + blk * ld;
+  const A* delta = pre.delta.data() + blk * ld;
   for (int64_t j = 0; j < nk; ++j)
     for (int64_t e = 0; e < vecs * W; e += W) {
       A* s = st + j * ld + e;

@@ -18,8 +18,6 @@
 namespace oxijax::cpu {
 namespace {
 
-using gemm_detail::Scratch;
-
 constexpr int64_t kColumnBudget = int64_t{1} << 21;  // elements of A per column matrix
 constexpr int64_t kGrain = int64_t{1} << 15;
 

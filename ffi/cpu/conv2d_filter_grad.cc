@@ -32,9 +32,8 @@ using conv_detail::Run;
 
 constexpr double kMinTaskFlops = double(1 << 21);
 // Bytes of all tasks' partial sums together, at most (unless one partial is larger):
-// one spare buffer, whose pages stay mapped between calls (fresh pages would cost a
-// fault each, every call).
-constexpr int64_t kPartialBytes = Spare::kSpareBytes;
+// adding them up is a pass over all of them, kept a fraction of the product's work.
+constexpr int64_t kPartialBytes = int64_t{8} << 20;
 
 // Packed K steps gathered and transposed at a time: one float vector's lanes (with
 // bfloat16 pairs, 32 steps as the 16-bit lanes of a vector).

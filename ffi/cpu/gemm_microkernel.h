@@ -13,12 +13,8 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <mutex>
-#include <new>
 #include <type_traits>
 
 #if defined(__SSE2__)
@@ -27,6 +23,7 @@
 
 #include "cache_info.h"
 #include "oxijax/numeric.h"
+#include "scratch.h"
 
 // x86 micro-kernels on intrinsics (AVX-512, or AVX2 with FMA); elsewhere (SSE2 baseline,
 // NEON) a portable one on vector extensions.
@@ -139,72 +136,6 @@ inline int64_t even_block(int64_t n, int64_t limit, int64_t P) {
   limit = std::max(limit / P * P, int64_t{P});
   return round_up(ceil_div(padded, ceil_div(padded, limit)), P);
 }
-
-// Uninitialised, 64-byte aligned memory (no per-element construction, no zeroing).
-template <typename A>
-class Buffer {
- public:
-  explicit Buffer(int64_t n = 0) { reserve(n); }
-  void reserve(int64_t n) {
-    if (n <= capacity_) return;
-    ptr_.reset(static_cast<A*>(::operator new(sizeof(A) * n, std::align_val_t{64})));
-    capacity_ = n;
-  }
-  A* data() const { return ptr_.get(); }
-
- private:
-  struct Free {
-    void operator()(A* p) const { ::operator delete(p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<A, Free> ptr_;
-  int64_t capacity_ = 0;
-};
-
-// Packing memory borrowed from a few process-wide spare buffers, each lent to one
-// holder at a time, so repeated calls reuse warm, already mapped pages: fresh pages
-// cost a fault and a zeroing each, which also evicts the operands from cache. When
-// every spare is lent, or n is too big to keep, the holder gets memory of its own.
-// The spares live as long as the process: at most kSpares x kSpareBytes.
-struct Spare {
-  static constexpr int kSpares = 8;
-  static constexpr int64_t kSpareBytes = int64_t{8} << 20;
-  std::mutex mu;
-  Buffer<unsigned char> buffer;
-  static std::array<Spare, kSpares>& all() {
-    static std::array<Spare, kSpares> spares;
-    return spares;
-  }
-};
-
-template <typename A>
-class Scratch {
- public:
-  explicit Scratch(int64_t n) {
-    const int64_t bytes = n * int64_t(sizeof(A));
-    if (bytes > 0 && bytes <= Spare::kSpareBytes) {
-      for (Spare& s : Spare::all()) {
-        if (!s.mu.try_lock()) continue;
-        held_ = &s;
-        s.buffer.reserve(bytes);
-        data_ = reinterpret_cast<A*>(s.buffer.data());
-        return;
-      }
-    }
-    own_.reserve(n);
-    data_ = own_.data();
-  }
-  ~Scratch() {
-    if (held_ != nullptr) held_->mu.unlock();
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  A* data() const { return data_; }
-
- private:
-  Spare* held_ = nullptr;
-  Buffer<A> own_;
-  A* data_ = nullptr;
-};
 
 // The K dimension cut into `count` blocks of equal depth (the last may be shorter),
 // so that a K just above KC does not leave a sliver block.

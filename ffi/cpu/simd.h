@@ -2,7 +2,7 @@
 // extensions sized to the target (explicit FMA, NaN-keeping max / min and a vectorised
 // exp2 on x86), compile-time dispatch on small tile sizes, the attention blocking and
 // the register-tiled products all three share, operand conversion to the compute type,
-// 64-byte aligned scratch buffers and the query-block task loop. (vector_math.h builds
+// and the query-block task loop (scratch memory: scratch.h). (vector_math.h builds
 // the elementwise kernels' math on its vector types and max / min.)
 #pragma once
 
@@ -10,13 +10,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
-#include <new>
 #include <type_traits>
-#include <vector>
 
 #include "oxijax/numeric.h"
 #include "parallel.h"
+#include "scratch.h"
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -52,8 +50,9 @@ template <typename A> constexpr int kLanes = kVecBytes / int(sizeof(A));
 
 // Unaligned vector loads and stores (an under-aligned, may_alias vector type: plain
 // vmovups, and the values stay in registers where memcpy can bounce them via the stack).
+// Byte-aligned: vectors of 16-bit lanes load from any element of a half-type array.
 template <typename V> struct Unaligned {
-  typedef V type __attribute__((aligned(alignof(float)), may_alias));
+  typedef V type __attribute__((aligned(1), may_alias));
 };
 template <typename V> inline V vload(const void* p) {
   return *static_cast<const typename Unaligned<V>::type*>(p);
@@ -369,108 +368,6 @@ const A* rows_as(const T* src, int64_t rows, int64_t dim, int64_t ld, A* buf) {
   return buf;
 }
 
-template <typename A> struct AlignedBuffer {
-  A* p = nullptr;
-  explicit AlignedBuffer(int64_t n)
-      : p(static_cast<A*>(::operator new(std::max<int64_t>(n, 1) * sizeof(A),
-                                         std::align_val_t(64)))) {}
-  ~AlignedBuffer() { ::operator delete(p, std::align_val_t(64)); }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-};
-
-// Scratch that outlives a call. The kernels' O(S * D) buffers (MBs: the backward's dQ
-// partials and query-block layouts, the half types' float copies of K and V) would
-// otherwise come as fresh pages from the OS on many calls, and the first touch of each
-// page (a fault and its zeroing) can cost more than the kernels' own work on it. Blocks
-// given back are kept for later calls, up to kCachedBytes in all; each is used by one
-// call at a time.
-class ScratchCache {
- public:
-  static constexpr size_t kCachedBytes = size_t(256) << 20;
-
-  static ScratchCache& instance() {
-    static ScratchCache* cache = new ScratchCache;  // never destroyed: calls may run at exit
-    return *cache;
-  }
-  // A block of at least `bytes` (updated to its size): the smallest cached one that
-  // fits, else a new one.
-  void* take(size_t& bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto best = blocks_.end();
-      for (auto it = blocks_.begin(); it != blocks_.end(); ++it)
-        if (it->bytes >= bytes && (best == blocks_.end() || it->bytes < best->bytes)) best = it;
-      if (best != blocks_.end()) {
-        void* p = best->p;
-        bytes = best->bytes;
-        cached_ -= bytes;
-        blocks_.erase(best);
-        return p;
-      }
-    }
-    return ::operator new(bytes, std::align_val_t(64));
-  }
-  // Keeps the block for reuse (unless it alone is over kCachedBytes), dropping the
-  // smallest ones beyond kCachedBytes.
-  void give(void* p, size_t bytes) {
-    if (bytes > kCachedBytes) {
-      ::operator delete(p, std::align_val_t(64));
-      return;
-    }
-    std::vector<Block> dropped;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      blocks_.push_back({p, bytes});
-      cached_ += bytes;
-      while (cached_ > kCachedBytes) {
-        const auto smallest = std::min_element(
-            blocks_.begin(), blocks_.end(),
-            [](const Block& x, const Block& y) { return x.bytes < y.bytes; });
-        cached_ -= smallest->bytes;
-        dropped.push_back(*smallest);
-        blocks_.erase(smallest);
-      }
-    }
-    for (const Block& b : dropped) ::operator delete(b.p, std::align_val_t(64));
-  }
-
- private:
-  struct Block {
-    void* p;
-    size_t bytes;
-  };
-  std::mutex mu_;
-  std::vector<Block> blocks_;
-  size_t cached_ = 0;
-};
-
-// n values of A of scratch from the ScratchCache, 64-byte aligned, given back on
-// destruction (or reset); empty until reset.
-template <typename A> class Scratch {
- public:
-  Scratch() = default;
-  explicit Scratch(int64_t n) { reset(n); }
-  ~Scratch() { release(); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  A* reset(int64_t n) {
-    release();
-    bytes_ = size_t(std::max<int64_t>(n, 1)) * sizeof(A);
-    p_ = static_cast<A*>(ScratchCache::instance().take(bytes_));
-    return p_;
-  }
-  A* get() const { return p_; }
-
- private:
-  void release() {
-    if (p_) ScratchCache::instance().give(p_, bytes_);
-    p_ = nullptr;
-  }
-  A* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 // rows_as for a whole tensor of `rows` rows, converted once (in parallel) for every
 // query block to share: src itself where it already is, else a copy in buf.
 template <typename A, typename T>
@@ -483,9 +380,9 @@ const A* rows_as(const Parallel& par, const T* src, int64_t rows, int64_t dim, i
   buf.reset(rows * ld);
   par.for_range((rows + kRowsPerTask - 1) / kRowsPerTask, 1, [&](int64_t t0, int64_t t1) {
     const int64_t r0 = t0 * kRowsPerTask, r1 = std::min(rows, t1 * kRowsPerTask);
-    rows_as<A>(src + r0 * dim, r1 - r0, dim, ld, buf.get() + r0 * ld);
+    rows_as<A>(src + r0 * dim, r1 - r0, dim, ld, buf.data() + r0 * ld);
   });
-  return buf.get();
+  return buf.data();
 }
 
 // Calls block(h, i0, rows, ws) for every (batch*head h, block of up to bq query rows
