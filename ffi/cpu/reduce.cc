@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -251,16 +250,16 @@ void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T
   // Long rows: chunks of kRowChunk elements (the last one shorter) reduced in parallel,
   // then combined pairwise.
   const int64_t chunks = (axis + kRowChunk - 1) / kRowChunk;
-  std::unique_ptr<A[]> partial(new A[outer * chunks]);
+  Scratch<A> partial(outer * chunks);
   for_groups(outer * chunks, 1, [&](int64_t begin, int64_t end) {
     fold_units<T, R>(
         x, begin, end,
         [&](int64_t t) { return t / chunks * axis + t % chunks * kRowChunk; },
         [&](int64_t t) { return std::min(kRowChunk, axis - t % chunks * kRowChunk); },
-        [&](int64_t t, A v) { partial[t] = v; });
+        [&](int64_t t, A v) { partial.data()[t] = v; });
   });
   for (int64_t o = 0; o < outer; ++o)
-    out[o] = store<T>(R::finish(tree_fold<A, R>(partial.get() + o * chunks, chunks), axis));
+    out[o] = store<T>(R::finish(tree_fold<A, R>(partial.data() + o * chunks, chunks), axis));
 }
 
 // ------------------------------------------------------------ inner > 1
@@ -437,19 +436,18 @@ void reduce_cols(const Parallel& par, int64_t outer, int64_t axis, int64_t inner
   }
   const int64_t chunks = (axis + chunk_rows - 1) / chunk_rows;
   const int64_t tasks = base * chunks;
-  std::unique_ptr<A[]> partial;  // [outer, chunks, inner] when chunks > 1
-  if (chunks > 1) partial.reset(new A[outer * chunks * inner]);
+  Scratch<A> partial(chunks > 1 ? outer * chunks * inner : 0);  // [outer, chunks, inner]
   const int64_t slots = fold_slots(chunk_rows / group + 1);
   const int64_t task_elems = std::max<int64_t>(1, chunk_rows * std::min(tile_w, inner));
 
   par.for_range(tasks, std::max<int64_t>(1, kGrain / task_elems), [&](int64_t begin, int64_t end) {
-    std::unique_ptr<A[]> scratch(new A[slots * tile_w]);
-    A* acc = scratch.get();
+    Scratch<A> scratch(slots * tile_w);
+    A* acc = scratch.data();
     for (int64_t t = begin; t < end; ++t) {
       const int64_t c = t % chunks, tile = (t / chunks) % tiles, o = t / chunks / tiles;
       const int64_t r0 = c * chunk_rows, rows = std::min(chunk_rows, axis - r0);
       const T* xo = x + (o * axis + r0) * inner;
-      A* dst_acc = chunks > 1 ? partial.get() + (o * chunks + c) * inner : nullptr;
+      A* dst_acc = chunks > 1 ? partial.data() + (o * chunks + c) * inner : nullptr;
       if (group == 1) {
         const int64_t c0 = tile * tile_w, w = std::min(tile_w, inner - c0);
         col_fold<T, R>(xo + c0, inner, rows, w, acc);
@@ -480,7 +478,7 @@ void reduce_cols(const Parallel& par, int64_t outer, int64_t axis, int64_t inner
                   [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         const int64_t o = t / runs, i0 = t % runs * kTile, w = std::min(kTile, inner - i0);
-        A* p = partial.get() + o * chunks * inner + i0;
+        A* p = partial.data() + o * chunks * inner + i0;
         tree_fold_rows<A, R>(p, chunks, inner, w);
         for (int64_t i = 0; i < w; ++i) out[o * inner + i0 + i] = store<T>(R::finish(p[i], axis));
       }
