@@ -43,8 +43,12 @@ template <typename A> struct Blocking;
 // most kNR / 2 columns a tile of one vector.
 #if defined(__AVX512F__)
 // 14 x 2 zmm accumulators + 2 B vectors + 1 broadcast = 31 of the 32 zmm registers.
-template <> struct Blocking<float> { static constexpr int kMR = 14, kNR = 32, kMidRows = 8, kFewRows = 4; };
-template <> struct Blocking<double> { static constexpr int kMR = 14, kNR = 16, kMidRows = 8, kFewRows = 4; };
+template <> struct Blocking<float> {
+  static constexpr int kMR = 14, kNR = 32, kMidRows = 8, kFewRows = 4;
+};
+template <> struct Blocking<double> {
+  static constexpr int kMR = 14, kNR = 16, kMidRows = 8, kFewRows = 4;
+};
 #else
 // 6 x 2 vectors of accumulators + 2 B vectors + 1 broadcast = 15 of the 16 vector
 // registers (ymm with AVX2, xmm with SSE2, q with NEON).
@@ -61,7 +65,7 @@ template <> struct Blocking<double> {
 };
 #endif
 // Every tile is two vectors wide (kNR is twice a vector's lanes).
-template <typename A> inline constexpr int kTileVectors = 2;
+inline constexpr int kTileVectors = 2;
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -793,9 +797,9 @@ void micro_kernel(int64_t kc, const P* __restrict a, const P* __restrict b, A* d
                   int64_t ldd, const A* src, int64_t lds, A alpha, A beta, int mr, int nr) {
   constexpr int NR = Blocking<A>::kNR;
   if (nr > NR / 2)
-    tile_rows<kTileVectors<A>>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+    tile_rows<kTileVectors>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
   else
-    tile_rows<kTileVectors<A> / 2>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
+    tile_rows<kTileVectors / 2>(kc, a, b, dst, ldd, src, lds, alpha, beta, mr, nr);
 }
 
 // ---------------------------------------------------------------- macro-kernel
