@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import platform
 import statistics
 import sys
 import time
@@ -21,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from oxijax import _cases
+from oxijax._ffi import BUILD_INFO
 
 DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32,
           "float64": jnp.float64}
@@ -119,6 +122,21 @@ def copy_gbps(elements: int, dtype: Any, repeats: int) -> float:
     return 2 * elements * jnp.dtype(dtype).itemsize / seconds / 1e9
 
 
+def host_cpu() -> dict[str, Any]:
+    """The CPU the CPU rows ran on: its model, the oxijax kernel level in use (the ISA,
+    which decides the figures) and the threads the process may run on (the size of
+    XLA's intra-op pool, on which oxijax's CPU kernels run too)."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith(("model name", "Model"))), model)
+    except OSError:
+        pass
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"model": model, "kernels": BUILD_INFO["cpu_isa"], "threads": threads}
+
+
 @dataclasses.dataclass
 class Report:
     device: str
@@ -129,10 +147,11 @@ class Report:
     rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     copy_gbps: dict[str, float] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. rows skipped, and why
+    cpu: dict[str, Any] = dataclasses.field(default_factory=host_cpu)
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "device_kind": self.device_kind,
-                "platform": self.platform, "jax": jax.__version__,
+                "platform": self.platform, "cpu": self.cpu, "jax": jax.__version__,
                 "date": time.strftime("%Y-%m-%d"), "sizes": self.sizes,
                 "repeats": self.repeats, "copy_gbps": self.copy_gbps, "notes": self.notes,
                 "results": self.rows}
@@ -405,6 +424,9 @@ def print_table(report: Report, file=None) -> None:
     copy = "; copy " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in report.copy_gbps.items())
     print(f"{report.device_kind} ({report.platform}), sizes '{report.sizes}', median of "
           f"{report.repeats}{copy if report.copy_gbps else ''}", file=file)
+    cpu = report.cpu
+    print(f"CPU: {cpu['model']}, {cpu['threads']} threads, oxijax CPU kernels {cpu['kernels']}",
+          file=file)
     plain = [r for r in report.rows if not r.get("group")]
     if plain:
         print_aligned(_table(plain, versus_copy, training=False), file=file)

@@ -96,6 +96,11 @@ step cpu_tests 90 env JAX_PLATFORMS=cpu python -m pytest -q -x -p no:cacheprovid
   "${cpu_tests[@]}" -k "not under_every_lower_level"
 step cpu_bench 90 env JAX_PLATFORMS=cpu python -m oxijax bench --dtype float32 \
   --dtype bfloat16 --repeats 5 --json "$out/cpu_bench.json"
+# The gemm and reduction rows (under 1.0 on this 16-core CPU in the last table) at 1, 4
+# and all threads, small and large: behind at one thread is the kernel, behind only
+# with more threads is scaling.
+step cpu_scaling 100 python ../scripts/cpu_scaling.py --threads "1,4,$(nproc)" \
+  --size quick --size large --json "$out/cpu_scaling.json"
 # The first H200 run (2026-12-04, jax 0.11.2) saw processes die (SIGSEGV) when a handler
 # returned an error (the first being test_attention_grad's inconsistent-call test); the
 # next run, after the scratch-alignment fix, did not. Kept: a native backtrace of those

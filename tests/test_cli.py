@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import oxijax
 from oxijax import _cases
 
 
@@ -35,6 +36,7 @@ def test_bench_writes_json(tmp_path, monkeypatch):
     report = json.loads(path.read_text())
     results = report["results"]
     assert report["sizes"] == "small"
+    assert report["cpu"]["kernels"] == oxijax.BUILD_INFO["cpu_isa"] and report["cpu"]["threads"] >= 1
     cases = cli._cases.cases("small") + cli._cases.eager_cases()
     # and the training-step rows that run in float32 (the default dtype)
     cases += [c for c in cli._cases.training_cases("small") if "float32" in c.dtypes]
@@ -69,3 +71,24 @@ def test_roofline_plot_for_a_gpu_report(tmp_path):
     figure = benchmark.plot(report, str(tmp_path / "roofline.png"))
     assert len(figure.axes) == 2
     assert (tmp_path / "roofline.png").stat().st_size > 0
+
+
+def test_cpu_scaling_script_tables_rows_by_thread_count(tmp_path):
+    # scripts/cpu_scaling.py: the bench's rows, each thread count in its own process.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "cpu_scaling.py"
+    path = tmp_path / "scaling.json"
+    result = subprocess.run(
+        [sys.executable, str(script), "--threads", "1", "--op", "eager sum", "--size", "quick",
+         "--dtype", "float32", "--repeats", "2", "--json", str(path)],
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(path.read_text())
+    assert report["cpu"]["threads"] == [1] and report["cpu"]["kernels"]
+    [row] = report["rows"]
+    assert (row["op"], row["dtype"]) == ("eager sum", "float32")
+    run = row["threads"]["1"]
+    assert run["oxijax_ms"] > 0 and run["xla_ms"] > 0 and run["ratio"] > 0
+    line = next(line for line in result.stdout.splitlines() if line.startswith("eager sum"))
+    assert f"= {run['ratio']:.2f}" in line
