@@ -105,6 +105,19 @@ inline VecH float_to_half(VecF x) {
 #endif
 }
 
+// Two vectors of floats.
+struct VecF2 {
+  VecF lo, hi;
+};
+
+// 2 * kLanes bfloat16 at p as floats, split by position: the even elements (p[0], p[2],
+// ...) and the odd ones, by a shift and a mask of each 32-bit word (no shuffle): the
+// same split on every level, for sums whose order must not depend on it.
+inline VecF2 load_bfloat16_even_odd(const bfloat16* p) {
+  const VecU words = simd::vload<VecU>(p);
+  return {from_bits(words << 16), from_bits(words & 0xffff0000u)};
+}
+
 // kLanes values of p as floats, and back.
 template <typename T> inline VecF load_lanes(const T* p) {
   if constexpr (std::is_same_v<T, float>) return simd::vload<VecF>(p);
@@ -123,10 +136,6 @@ template <typename T> inline void store_lanes(T* p, VecF v) {
 // saturating pack per pair (both permute within 128-bit blocks, inversely): one
 // instruction per vector to widen and half a one to narrow, where doing either in
 // memory's order takes two or three.
-struct VecF2 {
-  VecF lo, hi;
-};
-
 #if defined(__AVX512BW__)
 typedef __m512i VecBits;
 inline VecBits load_bits(const void* p) { return _mm512_loadu_si512(p); }

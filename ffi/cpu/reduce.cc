@@ -93,6 +93,25 @@ template <typename T> simd::Vec<Acc<T>> load_vec(const T* x) {
 
 // ------------------------------------------------------------ inner == 1
 
+// v with lane j combined with lane j + w, for w = width, width / 2, ..., 1: lane 0 holds
+// the pairwise fold of v's lanes. In registers, one shuffle per step: a store and a
+// scalar tree per row made short rows slow (4096 x 256 float32 summed over rows in 86
+// instead of 73 us on one Zen 4 core; XLA 68).
+template <int width, typename V, int... j>
+V lanes_from(V v, std::integer_sequence<int, j...>) {  // lane j = v[j + width], wrapped
+  return __builtin_shufflevector(v, v, ((j + width) % int(sizeof...(j)))...);
+}
+template <int width, typename V, typename Combine>
+V fold_lanes(V v, Combine combine) {
+  if constexpr (width == 0) {
+    return v;
+  } else {
+    constexpr int W = sizeof(V) / sizeof(v[0]);
+    const V upper = lanes_from<width>(v, std::make_integer_sequence<int, W>());
+    return fold_lanes<width / 2>(combine(v, upper), combine);
+  }
+}
+
 template <typename R>
 constexpr bool kExtremum = std::is_same_v<R, Reducer<ReduceOp::MAX>> ||
                            std::is_same_v<R, Reducer<ReduceOp::MIN>>;
@@ -143,19 +162,35 @@ void fold_half_extremum(const T* const* x, int64_t n, float* out) {
 // the rest (fewer than kRowLanes) is folded in order, and the lanes are combined
 // pairwise (lane j with j + w, w = kRowLanes / 2, ..., 1). Blocks shorter than
 // kRowLanes are folded in order.
+// bfloat16 (sums: its MAX / MIN take fold_half_extremum) has twice the lanes: of each
+// 2 * kRowLanes elements the even ones go to the first kRowLanes lanes, the odd ones to
+// the others, which are combined first (lane j with j + kRowLanes). A shift and a mask
+// of 32-bit words make them floats where widening in memory's order takes a shuffle
+// per 16 elements: a 1 Mi-element sum on one Zen 4 core took 47 us, now 37 (XLA: 47).
 template <typename T, typename R, int S>
 void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
   using A = Acc<T>;
   using V = simd::Vec<A>;
   using L = typename LanesOf<R>::type;
-  constexpr int K = kRowLanes<A>, W = simd::kLanes<A>, NV = K / W;
+  constexpr bool kEvenOdd = std::is_same_v<T, bfloat16>;
+  constexpr int K = kRowLanes<A> * (kEvenOdd ? 2 : 1), W = simd::kLanes<A>, NV = K / W;
   const int64_t full = n / K * K;
   V acc[S][NV];
   for (auto& row : acc)
     for (V& a : row) a = simd::splat<V>(R::template identity<A>());
   for (int64_t i = 0; i < full; i += K) {
-    for (int s = 0; s < S; ++s)
-      for (int v = 0; v < NV; ++v) acc[s][v] = L::combine(load_vec(x[s] + i + v * W), acc[s][v]);
+    for (int s = 0; s < S; ++s) {
+      if constexpr (kEvenOdd) {
+        for (int v = 0; v < NV / 2; ++v) {
+          const vmath::VecF2 words = vmath::load_bfloat16_even_odd(x[s] + i + 2 * v * W);
+          acc[s][v] = L::combine(words.lo, acc[s][v]);
+          acc[s][v + NV / 2] = L::combine(words.hi, acc[s][v + NV / 2]);
+        }
+      } else {
+        for (int v = 0; v < NV; ++v)
+          acc[s][v] = L::combine(load_vec(x[s] + i + v * W), acc[s][v]);
+      }
+    }
   }
   for (int s = 0; s < S; ++s) {
     A tail = R::template identity<A>();
@@ -166,11 +201,8 @@ void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
     }
     for (int w = NV / 2; w > 0; w /= 2)
       for (int v = 0; v < w; ++v) acc[s][v] = L::combine(acc[s][v], acc[s][v + w]);
-    A lanes[W];
-    simd::vstore(lanes, acc[s][0]);
-    for (int w = W / 2; w > 0; w /= 2)
-      for (int j = 0; j < w; ++j) lanes[j] = R::combine(lanes[j], lanes[j + w]);
-    out[s] = R::combine(lanes[0], tail);
+    const auto combine = [](V a, V b) { return L::combine(a, b); };
+    out[s] = R::combine(fold_lanes<W / 2>(acc[s][0], combine)[0], tail);
   }
 }
 
