@@ -110,14 +110,16 @@ def test_every_runnable_level_loads_and_computes(level):
 @pytest.mark.skipif(len(BUILD["cpu_isa_levels"]) < 2, reason="this CPU runs one level")
 def test_sums_are_bit_identical_on_every_level():
     """reduce.cc sums in the same order on every level, whatever its vector width: along
-    rows, the lanes of one 512-bit vector (bfloat16's even and odd elements apart);
+    rows, the lanes of one 512-bit vector (bfloat16's even and odd elements apart; rows
+    shorter than that padded with zeros);
     over other axes, each column on its own."""
     code = ("import hashlib, oxijax, jax.numpy as jnp, numpy as np\n"
             "rng = np.random.default_rng(0)\n"
             "digest = hashlib.sha256()\n"
             "for dtype in (jnp.bfloat16, jnp.float16, jnp.float32):\n"
-            "    for n in (31, 33, 4097, 70001):\n"
-            "        x = jnp.asarray(rng.standard_normal((3, n)) * 100, dtype)\n"
+            "    for n in (7, 16, 31, 33, 4097, 70001):\n"
+            "        rows = 39 if n < 64 else 3  # short rows: 16 at a time, the rest alone\n"
+            "        x = jnp.asarray(rng.standard_normal((rows, n)) * 100, dtype)\n"
             "        y = x.reshape(-1, 3)  # columns of 3: narrower than any vector\n"
             "        for out in (oxijax.sum(x, 1), oxijax.mean(x, 1), oxijax.sum(x.ravel(), 0),\n"
             "                    oxijax.sum(x, 0), oxijax.sum(y, 0), oxijax.mean(y, 0)):\n"

@@ -29,6 +29,30 @@ def test_reduce_matches_numpy(op, shape, axis, dtype):
     assert_close(actual, expected, dtype, scale=terms)
 
 
+# Row lengths around the contiguous-row kernel's blocks (16 float32 lanes, 32 bfloat16
+# elements; shorter rows are padded) and its short-row limit (4 KiB, read one row after
+# another, 16 rows per call); 37 rows: two calls of 16 and five rows alone.
+ROW_LENGTHS = [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 257, 1023, 1024, 1025, 2049]
+
+
+def test_rows_of_every_short_length(dtype):
+    xs = []
+    for n in ROW_LENGTHS:
+        x = np.array(random((37, n), dtype, seed=n), np.float64)
+        x[n % 37, n // 2] = np.nan  # one row with a NaN, at a different place each time
+        x[(n + 1) % 37, :] = -0.0
+        xs.append(jax.device_put(x.astype(np.dtype(dtype))))
+    ops = list(ReduceOp)
+    results = jax.jit(lambda xs: [[oxijax.reduce(x, op, 1) for op in ops] for x in xs])(xs)
+    for n, x, row in zip(ROW_LENGTHS, xs, results):
+        for op, actual in zip(ops, row):
+            expected = REFERENCE[op](f64(x), axis=1)
+            terms = np.nanmax(np.abs(f64(x))) * (np.sqrt(n) if op is ReduceOp.SUM else 1)
+            assert_close(actual, expected, dtype, scale=terms)
+            if op is ReduceOp.SUM:  # a sum of zeros is +0, as XLA's (its init value is +0)
+                assert not np.signbit(f64(actual)[(n + 1) % 37]), (n, op)
+
+
 @pytest.mark.parametrize("op", [ReduceOp.MAX, ReduceOp.MIN, ReduceOp.SUM, ReduceOp.MEAN],
                          ids=lambda o: o.name.lower())
 def test_nan_propagates_like_jnp(op, dtype):

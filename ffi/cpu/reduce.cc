@@ -9,8 +9,9 @@
 // (the same lanes on every target), so results are reproducible.
 //
 // inner == 1: each row is contiguous. Rows are folded eight at a time (one core reads
-//   memory much faster from several sequential streams than from one), each with a
-//   vector of accumulators and a horizontal reduce at the end of a block; a long row
+//   memory much faster from several sequential streams than from one; rows of at most
+//   4 KiB sixteen at a time, one after the other), each with a vector of accumulators
+//   and a horizontal reduce at the end of a block (several rows' lanes merged); a long row
 //   is cut into fixed-size chunks, folded eight at a time the same way, and combined
 //   afterwards. MAX / MIN are exact, so they skip the blocking; on float16 / bfloat16
 //   they compare integer keys of the raw bits, twice the lanes of a float compare.
@@ -25,6 +26,7 @@
 // accumulator second the NaN test of nan_max / nan_min falls on the loaded value, off
 // the loop-carried dependency chain.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -67,6 +69,11 @@ template <typename A> constexpr int kRowLanes = static_cast<int>(64 / sizeof(A))
 // inner == 1: rows (or row chunks) folded together. Each is a sequential stream; one
 // core reads memory ~1.7x faster from eight streams at once than from one (Zen 3).
 constexpr int kStreams = 8;
+// inner == 1: rows of at most kShortRowBytes folded per call (one after the other, their
+// lanes merged 16 rows to a vector on AVX-512 float32; fold_lanes_of_rows): each call
+// has a fixed cost. One Zen 4 core, max over 65536 x 16 float32 rows: 265 us with 8 per
+// call, 234 with 16 (XLA: 137).
+constexpr int kShortStreams = 16;
 // inner == 1: ranges of at most this many bytes are read one after the other, not side
 // by side: streams of a few cache lines each are too short for the prefetchers, and
 // eight of them side by side made rows of 64 to 1024 float32 0.7-0.9x XLA's speed on
@@ -119,16 +126,67 @@ V fold_lanes(V v, Combine combine) {
   }
 }
 
-// step(s, i) for every range s < S and i = 0, K, ... < full: ranges of at most
-// kShortRowBytes one after the other, longer ones side by side, a step of each in turn.
-template <int S, int K, typename Step>
-void for_steps(int64_t full, int64_t range_bytes, Step step) {
-  if (range_bytes <= kShortRowBytes) {
-    for (int s = 0; s < S; ++s)
-      for (int64_t i = 0; i < full; i += K) step(s, i);
+// Lanes g / 2 wide from each group of g lanes of a, then of b: the lower half of each
+// group (offset 0) or the upper half (offset g / 2).
+template <int g, int offset, typename V, int... k>
+V group_halves(V a, V b, std::integer_sequence<int, k...>) {
+  constexpr int W = sizeof...(k), h = g / 2, groups = W / g;
+  return __builtin_shufflevector(
+      a, b, ((k / h < groups ? 0 : W - groups * g) + k / h * g + offset + k % h)...);
+}
+
+// Lanes 0, step, 2 * step, ... of v as a vector of sizeof...(r) lanes.
+template <int step, typename V, int... r>
+auto lanes_every(V v, std::integer_sequence<int, r...>) {
+  return __builtin_shufflevector(v, v, (r * step)...);
+}
+
+// v[0, n), each holding W / g rows in groups of g lanes, merged pairwise (rows in order)
+// while each group's lower half is combined with its upper half, down to one vector; then
+// each group folded in place. Row r's fold is in lane r * (W / n) of the result.
+template <int g, int n, typename V, typename Combine>
+V merge_rows(V* v, Combine combine) {
+  if constexpr (n == 1) {
+    return fold_lanes<g / 2>(v[0], combine);
   } else {
+    constexpr auto k = std::make_integer_sequence<int, int(sizeof(V) / sizeof(v[0][0]))>();
+    for (int i = 0; i < n / 2; ++i)
+      v[i] = combine(group_halves<g, 0>(v[2 * i], v[2 * i + 1], k),
+                     group_halves<g, g / 2>(v[2 * i], v[2 * i + 1], k));
+    return merge_rows<g / 2, n / 2>(v, combine);
+  }
+}
+
+// out[s] = finish(lane 0 of fold_lanes<W / 2>(v[s], combine)) for s < S (finish: lane by
+// lane on a vector), with the same pairings (so the same bits), up to W rows at once:
+// two shuffles and a combine merge two rows' halves into one vector, so W rows take
+// about W combines, where row by row they took W chains of log2(W) shuffle-and-combine
+// steps; the results leave in one vector store (scalar reads of a 512-bit store stall:
+// it does not forward to them). v is overwritten.
+template <typename V, int S, typename Combine, typename E, typename Finish>
+void fold_lanes_of_rows(V (&v)[S], Combine combine, E* out, Finish finish) {
+  constexpr int W = sizeof(V) / sizeof(E), B = S < W ? S : W;
+  for (int s0 = 0; s0 < S; s0 += B) {
+    const V merged = finish(merge_rows<W, B>(v + s0, combine));
+    simd::vstore(out + s0, lanes_every<W / B>(merged, std::make_integer_sequence<int, B>()));
+  }
+}
+
+// acc[s] = init, then step(acc[s], s, i) for every range s < S and i = 0, K, ... < full:
+// ranges of at most kShortRowBytes one after the other (each one's accumulators in
+// registers for its run), longer ones side by side, a step of each in turn.
+template <int S, int K, typename Acc, typename Step>
+void for_steps(int64_t full, int64_t range_bytes, const Acc& init, Acc (&acc)[S], Step step) {
+  if (range_bytes <= kShortRowBytes) {
+    for (int s = 0; s < S; ++s) {
+      Acc a = init;
+      for (int64_t i = 0; i < full; i += K) step(a, s, i);
+      acc[s] = a;
+    }
+  } else {
+    for (Acc& a : acc) a = init;
     for (int64_t i = 0; i < full; i += K)
-      for (int s = 0; s < S; ++s) step(s, i);
+      for (int s = 0; s < S; ++s) step(acc[s], s, i);
   }
 }
 
@@ -153,6 +211,25 @@ S16 extremum_key(S16 bits) {
   return (bits & 0x7fff) > kInfBits<T> ? nan : key;
 }
 
+// fold(rows, K) on copies of x[s][0, n), n < K, padded to K elements with `fill` (the
+// identity, which changes no MAX / MIN): rows shorter than a block folded as vectors,
+// not element by element (float32 at any length; 16-bit keys, whose loop does not
+// branch, from half a vector up). One Zen 4 core, max over 65536 rows, us: float32 x 7 1600 ->
+// 395 (XLA 140), bfloat16 x 16 1000 -> 450 (XLA 161). Not for sums: it would change
+// their order, and the two copies per row cost more than a short sum in order (float32
+// x 12 rows 332 -> 548 us; bfloat16 x 16 690 -> 433-620; XLA 282 / 291).
+template <int K, int S, typename T, typename Fold>
+void fold_padded(const T* const* x, int64_t n, T fill, Fold fold) {
+  T padded[S][K];
+  const T* rows[S];
+  for (int s = 0; s < S; ++s) {
+    std::copy(x[s], x[s] + n, padded[s]);
+    std::fill(padded[s] + n, padded[s] + K, fill);
+    rows[s] = padded[s];
+  }
+  fold(rows, K);
+}
+
 // out[s] = MAX / MIN of x[s][0, n) for S ranges at once, on keys.
 template <typename T, typename R, int S>
 void fold_half_extremum(const T* const* x, int64_t n, float* out) {
@@ -160,16 +237,23 @@ void fold_half_extremum(const T* const* x, int64_t n, float* out) {
   constexpr int W = simd::kVecBytes / 2;
   constexpr bool kMax = std::is_same_v<R, Reducer<ReduceOp::MAX>>;
   const auto better = [](auto a, auto b) { return kMax ? (a > b ? a : b) : (a < b ? a : b); };
-  const int16_t identity = extremum_key<T, R>(int16_t(store<T>(R::template identity<float>()).bits));
+  const T none = store<T>(R::template identity<float>());
+  if (n < W && 2 * n >= W) {
+    return fold_padded<W, S>(x, n, none, [out](const T* const* rows, int64_t k) {
+      fold_half_extremum<T, R, S>(rows, k, out);
+    });
+  }
+  const int16_t identity = extremum_key<T, R>(int16_t(none.bits));
   const int64_t full = n / W * W;
   VecS acc[S];
-  for (VecS& a : acc) a = VecS{} + identity;
-  for_steps<S, W>(full, n * int64_t(sizeof(T)), [&](int s, int64_t i) {
-    acc[s] = better(extremum_key<T, R>(simd::vload<VecS>(x[s] + i)), acc[s]);
-  });
+  const auto step = [&](VecS& a, int s, int64_t i) {
+    a = better(extremum_key<T, R>(simd::vload<VecS>(x[s] + i)), a);
+  };
+  for_steps<S, W>(full, n * int64_t(sizeof(T)), VecS{} + identity, acc, step);
+  int16_t keys[S];
+  fold_lanes_of_rows(acc, better, keys, [](VecS v) { return v; });
   for (int s = 0; s < S; ++s) {
-    int16_t best = identity;
-    for (int j = 0; j < W; ++j) best = better(acc[s][j], best);
+    int16_t best = keys[s];
     for (int64_t i = full; i < n; ++i) best = better(extremum_key<T, R>(int16_t(x[s][i].bits)), best);
     const uint16_t bits = uint16_t(best ^ ((best >> 15) & 0x7fff));
     out[s] = best == kNanKey<T, R> ? std::numeric_limits<float>::quiet_NaN() : load(T{bits});
@@ -180,7 +264,7 @@ void fold_half_extremum(const T* const* x, int64_t n, float* out) {
 // Each block: lane j of kRowLanes accumulators takes the elements j, j + kRowLanes, ...,
 // the rest (fewer than kRowLanes) is folded in order, and the lanes are combined
 // pairwise (lane j with j + w, w = kRowLanes / 2, ..., 1). Blocks shorter than
-// kRowLanes are folded in order.
+// kRowLanes are folded in order (sums) or padded to kRowLanes elements (MAX / MIN).
 // bfloat16 (sums: its MAX / MIN take fold_half_extremum) has twice the lanes: of each
 // 2 * kRowLanes elements the even ones go to the first kRowLanes lanes, the odd ones to
 // the others, which are combined first (lane j with j + kRowLanes). A shift and a mask
@@ -193,34 +277,50 @@ void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
   using L = typename LanesOf<R>::type;
   constexpr bool kEvenOdd = std::is_same_v<T, bfloat16>;
   constexpr int K = kRowLanes<A> * (kEvenOdd ? 2 : 1), W = simd::kLanes<A>, NV = K / W;
+  if (kExtremum<R> && n < K) {
+    const auto fold = [out](const T* const* rows, int64_t k) {
+      fold_blocks<T, R, S>(rows, k, out);
+    };
+    return fold_padded<K, S>(x, n, store<T>(R::template identity<A>()), fold);
+  }
   const int64_t full = n / K * K;
-  V acc[S][NV];
-  for (auto& row : acc)
-    for (V& a : row) a = simd::splat<V>(R::template identity<A>());
-  const auto step = [&](int s, int64_t i) {
+  std::array<V, NV> acc[S], init;
+  init.fill(simd::splat<V>(R::template identity<A>()));
+  const auto step = [&](std::array<V, NV>& a, int s, int64_t i) {
     if constexpr (kEvenOdd) {
       for (int v = 0; v < NV / 2; ++v) {
         const vmath::VecF2 words = vmath::load_bfloat16_even_odd(x[s] + i + 2 * v * W);
-        acc[s][v] = L::combine(words.lo, acc[s][v]);
-        acc[s][v + NV / 2] = L::combine(words.hi, acc[s][v + NV / 2]);
+        a[v] = L::combine(words.lo, a[v]);
+        a[v + NV / 2] = L::combine(words.hi, a[v + NV / 2]);
       }
     } else {
-      for (int v = 0; v < NV; ++v) acc[s][v] = L::combine(load_vec(x[s] + i + v * W), acc[s][v]);
+      for (int v = 0; v < NV; ++v) a[v] = L::combine(load_vec(x[s] + i + v * W), a[v]);
     }
   };
-  for_steps<S, K>(full, n * int64_t(sizeof(T)), step);
-  const auto combine = [](V a, V b) { return L::combine(a, b); };
+  for_steps<S, K>(full, n * int64_t(sizeof(T)), init, acc, step);
+  const auto tail = [&](int s) {
+    A folded = R::template identity<A>();
+    for (int64_t i = full; i < n; ++i) folded = R::combine(folded, A(load(x[s][i])));
+    return folded;
+  };
+  if (full == 0) {  // a sum shorter than a block: in order
+    for (int s = 0; s < S; ++s) out[s] = tail(s);
+    return;
+  }
+  V rows[S];
   for (int s = 0; s < S; ++s) {
-    A tail = R::template identity<A>();
-    for (int64_t i = full; i < n; ++i) tail = R::combine(tail, A(load(x[s][i])));
-    if (full == 0) {
-      out[s] = tail;
-      continue;
-    }
     for (int w = NV / 2; w > 0; w /= 2)
       for (int v = 0; v < w; ++v) acc[s][v] = L::combine(acc[s][v], acc[s][v + w]);
-    out[s] = R::combine(fold_lanes<W / 2>(acc[s][0], combine)[0], tail);
+    rows[s] = acc[s][0];
   }
+  // out[s] = R::combine(fold, tail(s)); an empty tail is the identity, which changes
+  // nothing for MAX / MIN and turns a sum's -0 into +0: combined on the vector.
+  const V identity = simd::splat<V>(R::template identity<A>());
+  fold_lanes_of_rows(rows, [](V a, V b) { return L::combine(a, b); }, out, [&](V folded) {
+    return full < n || kExtremum<R> ? folded : L::combine(folded, identity);
+  });
+  if (full < n)
+    for (int s = 0; s < S; ++s) out[s] = R::combine(out[s], tail(s));
 }
 
 // Elements per block of fold_ranges: kBlock for sums; MAX and MIN are exact, so that
@@ -255,22 +355,22 @@ A tree_fold(const A* p, int64_t n, int64_t stride = 1) {
                     tree_fold<A, R>(p + half * stride, n - half, stride));
 }
 
-// Folds the ranges start(u) .. start(u) + length(u) for u in [u0, u1): kStreams at a
-// time while they have the same length, the rest one by one; result(u, value).
-template <typename T, typename R, typename Start, typename Length, typename Result>
+// Folds the ranges start(u) .. start(u) + length(u) for u in [u0, u1): S at a time
+// while they have the same length, the rest one by one; result(u, value).
+template <typename T, typename R, int S, typename Start, typename Length, typename Result>
 void fold_units(const T* x, int64_t u0, int64_t u1, Start start, Length length, Result result) {
   const auto same_length = [&](int64_t u) {
-    for (int s = 1; s < kStreams; ++s)
+    for (int s = 1; s < S; ++s)
       if (length(u + s) != length(u)) return false;
     return true;
   };
   int64_t u = u0;
-  for (; u + kStreams <= u1 && same_length(u); u += kStreams) {
-    const T* ranges[kStreams];
-    for (int s = 0; s < kStreams; ++s) ranges[s] = x + start(u + s);
-    Acc<T> values[kStreams];
-    fold_ranges<T, R, kStreams>(ranges, length(u), values);
-    for (int s = 0; s < kStreams; ++s) result(u + s, values[s]);
+  for (; u + S <= u1 && same_length(u); u += S) {
+    const T* ranges[S];
+    for (int s = 0; s < S; ++s) ranges[s] = x + start(u + s);
+    Acc<T> values[S];
+    fold_ranges<T, R, S>(ranges, length(u), values);
+    for (int s = 0; s < S; ++s) result(u + s, values[s]);
   }
   for (; u < u1; ++u) {
     const T* range = x + start(u);
@@ -283,19 +383,24 @@ void fold_units(const T* x, int64_t u0, int64_t u1, Start start, Length length, 
 template <typename T, typename R>
 void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T* out) {
   using A = Acc<T>;
-  // Tasks of whole groups of kStreams rows (or chunks), so that the grouping, like
-  // the blocking, does not depend on the number of threads.
+  // Tasks of whole groups of kShortStreams rows (or chunks: two groups of kStreams).
+  constexpr int64_t kGroup = kShortStreams;
   const auto for_groups = [&](int64_t units, int64_t grain, auto body) {
-    const int64_t groups = (units + kStreams - 1) / kStreams;
-    par.for_range(groups, std::max<int64_t>(1, grain / kStreams), [&](int64_t g0, int64_t g1) {
-      body(g0 * kStreams, std::min(units, g1 * kStreams));
+    const int64_t groups = (units + kGroup - 1) / kGroup;
+    par.for_range(groups, std::max<int64_t>(1, grain / kGroup), [&](int64_t g0, int64_t g1) {
+      body(g0 * kGroup, std::min(units, g1 * kGroup));
     });
   };
   if (axis <= kRowChunk) {
     for_groups(outer, kGrain / axis, [&](int64_t begin, int64_t end) {
-      fold_units<T, R>(
-          x, begin, end, [axis](int64_t o) { return o * axis; }, [axis](int64_t) { return axis; },
-          [&](int64_t o, A v) { out[o] = store<T>(R::finish(v, axis)); });
+      const auto fold = [&](auto streams) {
+        fold_units<T, R, decltype(streams)::value>(
+            x, begin, end, [axis](int64_t o) { return o * axis; }, [axis](int64_t) { return axis; },
+            [&](int64_t o, A v) { out[o] = store<T>(R::finish(v, axis)); });
+      };
+      const bool short_rows = axis * int64_t(sizeof(T)) <= kShortRowBytes;
+      if (short_rows) fold(std::integral_constant<int, kShortStreams>());
+      else fold(std::integral_constant<int, kStreams>());
     });
     return;
   }
@@ -304,7 +409,7 @@ void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T
   const int64_t chunks = (axis + kRowChunk - 1) / kRowChunk;
   Scratch<A> partial(outer * chunks);
   for_groups(outer * chunks, 1, [&](int64_t begin, int64_t end) {
-    fold_units<T, R>(
+    fold_units<T, R, kStreams>(
         x, begin, end,
         [&](int64_t t) { return t / chunks * axis + t % chunks * kRowChunk; },
         [&](int64_t t) { return std::min(kRowChunk, axis - t % chunks * kRowChunk); },
