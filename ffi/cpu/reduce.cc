@@ -356,9 +356,10 @@ A tree_fold(const A* p, int64_t n, int64_t stride = 1) {
 }
 
 // Folds the ranges start(u) .. start(u) + length(u) for u in [u0, u1): S at a time
-// while they have the same length, the rest one by one; result(u, value).
+// while they have the same length, the rest one by one; results(u, values, count) for
+// each group of count consecutive units.
 template <typename T, typename R, int S, typename Start, typename Length, typename Result>
-void fold_units(const T* x, int64_t u0, int64_t u1, Start start, Length length, Result result) {
+void fold_units(const T* x, int64_t u0, int64_t u1, Start start, Length length, Result results) {
   const auto same_length = [&](int64_t u) {
     for (int s = 1; s < S; ++s)
       if (length(u + s) != length(u)) return false;
@@ -370,14 +371,30 @@ void fold_units(const T* x, int64_t u0, int64_t u1, Start start, Length length, 
     for (int s = 0; s < S; ++s) ranges[s] = x + start(u + s);
     Acc<T> values[S];
     fold_ranges<T, R, S>(ranges, length(u), values);
-    for (int s = 0; s < S; ++s) result(u + s, values[s]);
+    results(u, values, S);
   }
   for (; u < u1; ++u) {
     const T* range = x + start(u);
     Acc<T> value;
     fold_ranges<T, R, 1>(&range, length(u), &value);
-    result(u, value);
+    results(u, &value, 1);
   }
+}
+
+// out[i] = store<T>(R::finish(values[i], axis)) for i < count: whole vectors at a time
+// where Acc<T> is float (the same finish, MEAN's division, and rounding, lane by lane).
+template <typename T, typename R>
+void finish_rows(const Acc<T>* values, int count, int64_t axis, T* out) {
+  int i = 0;
+  if constexpr (std::is_same_v<Acc<T>, float>) {
+    constexpr int W = simd::kLanes<float>;
+    for (; i + W <= count; i += W) {
+      simd::VecF v = simd::vload<simd::VecF>(values + i);
+      if constexpr (std::is_same_v<R, Reducer<ReduceOp::MEAN>>) v = v / simd::splat<simd::VecF>(float(axis));
+      vmath::store_lanes(out + i, v);
+    }
+  }
+  for (; i < count; ++i) out[i] = store<T>(R::finish(values[i], axis));
 }
 
 template <typename T, typename R>
@@ -396,7 +413,7 @@ void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T
       const auto fold = [&](auto streams) {
         fold_units<T, R, decltype(streams)::value>(
             x, begin, end, [axis](int64_t o) { return o * axis; }, [axis](int64_t) { return axis; },
-            [&](int64_t o, A v) { out[o] = store<T>(R::finish(v, axis)); });
+            [&](int64_t o, const A* v, int count) { finish_rows<T, R>(v, count, axis, out + o); });
       };
       const bool short_rows = axis * int64_t(sizeof(T)) <= kShortRowBytes;
       if (short_rows) fold(std::integral_constant<int, kShortStreams>());
@@ -413,7 +430,7 @@ void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T
         x, begin, end,
         [&](int64_t t) { return t / chunks * axis + t % chunks * kRowChunk; },
         [&](int64_t t) { return std::min(kRowChunk, axis - t % chunks * kRowChunk); },
-        [&](int64_t t, A v) { partial.data()[t] = v; });
+        [&](int64_t t, const A* v, int count) { std::copy(v, v + count, partial.data() + t); });
   });
   for (int64_t o = 0; o < outer; ++o)
     out[o] = store<T>(R::finish(tree_fold<A, R>(partial.data() + o * chunks, chunks), axis));
