@@ -29,7 +29,6 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -251,22 +250,23 @@ void fold_half_extremum(const T* const* x, int64_t n, float* out) {
   }
   constexpr bool kMax = std::is_same_v<R, Reducer<ReduceOp::MAX>>;
   const auto better = [](auto a, auto b) { return kMax ? (a > b ? a : b) : (a < b ? a : b); };
-  const T none = store<T>(R::template identity<float>());
-  const int16_t identity = extremum_key<T, R>(int16_t(none.bits));
+  const int16_t identity = extremum_key<T, R>(int16_t(store<T>(R::template identity<float>()).bits));
   const int64_t full = n / W * W;
   VecS acc[S];
   const auto step = [&](VecS& a, int s, int64_t i) {
     a = better(extremum_key<T, R>(simd::vload<VecS>(x[s] + i)), a);
   };
   for_steps<S, W>(full, n * int64_t(sizeof(T)), VecS{} + identity, acc, step);
+  // Keys back to T's bits (a NaN to T's quiet NaN), on a vector or a scalar.
+  const auto bits_of = [](auto key) {
+    constexpr int16_t kQuietNan = std::is_same_v<T, bfloat16> ? 0x7fc0 : 0x7e00;
+    return key == kNanKey<T, R> ? decltype(key){} + kQuietNan : key ^ ((key >> 15) & 0x7fff);
+  };
   int16_t keys[S];
   if (full == n) {
-    // No tails: the keys turned back into T's bits (a NaN into T's quiet NaN) on the
-    // merged vector and widened to floats a vector at a time, not row by row.
-    constexpr int16_t kQuietNan = std::is_same_v<T, bfloat16> ? 0x7fc0 : 0x7e00;
-    fold_lanes_of_rows(acc, better, keys, [](VecS key) {
-      return key == kNanKey<T, R> ? VecS{} + kQuietNan : key ^ ((key >> 15) & 0x7fff);
-    });
+    // No tails: the keys turned back into bits on the merged vector and widened to
+    // floats a vector at a time, not row by row.
+    fold_lanes_of_rows(acc, better, keys, bits_of);
     const T* values = reinterpret_cast<const T*>(keys);
     constexpr int L = simd::kLanes<float>;
     int s = 0;
@@ -278,8 +278,7 @@ void fold_half_extremum(const T* const* x, int64_t n, float* out) {
   for (int s = 0; s < S; ++s) {
     int16_t best = keys[s];
     for (int64_t i = full; i < n; ++i) best = better(extremum_key<T, R>(int16_t(x[s][i].bits)), best);
-    const uint16_t bits = uint16_t(best ^ ((best >> 15) & 0x7fff));
-    out[s] = best == kNanKey<T, R> ? std::numeric_limits<float>::quiet_NaN() : load(T{bits});
+    out[s] = load(T{uint16_t(bits_of(best))});
   }
 }
 
@@ -333,9 +332,9 @@ void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
       copy_short(x[s] + full, n - full, blocks[s]);
     }
     if (full == 0) {
-      const T* rows[S];
-      for (int s = 0; s < S; ++s) rows[s] = blocks[s];
-      return fold_blocks<T, R, S>(rows, K, out);
+      const T* padded[S];
+      for (int s = 0; s < S; ++s) padded[s] = blocks[s];
+      return fold_blocks<T, R, S>(padded, K, out);
     }
   }
   for_steps<S, K>(full, n * int64_t(sizeof(T)), init, acc,
