@@ -149,7 +149,8 @@ def test_kernel_libraries_export_only_their_table():
         assert [line.split()[-1] for line in out.splitlines()] == ["oxijax_cpu_kernel_table"]
 
 
-LOWER_LEVELS = [level for level in BUILD["cpu_isa_levels"] if level != BUILD["cpu_isa"]]
+# Below the level in use (the best, unless OXIJAX_CPU_ISA chose a lower one).
+LOWER_LEVELS = BUILD["cpu_isa_levels"][:BUILD["cpu_isa_levels"].index(BUILD["cpu_isa"])]
 
 # Levels whose level above compiles only a few sources itself (taking the rest as this
 # level's objects): the level above, the one feature macro that sets it apart, and the

@@ -30,9 +30,12 @@ def test_reduce_matches_numpy(op, shape, axis, dtype):
 
 
 # Row lengths around the contiguous-row kernel's blocks (16 float32 lanes, 32 bfloat16
-# elements; shorter rows are padded) and its short-row limit (4 KiB, read one row after
-# another, 16 rows per call); 37 rows: two calls of 16 and five rows alone.
-ROW_LENGTHS = [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 257, 1023, 1024, 1025, 2049]
+# elements; a bfloat16 sum pads a shorter one), its MAX / MIN vectors (the last one
+# overlapping; rows of 1 to 7 elements are read by two overlapping loads of 2, 4 or 8
+# bytes) and its short-row limit (4 KiB, read one row after another, 16 rows per call);
+# 37 rows: two calls of 16 and five rows alone.
+ROW_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 24, 31, 32, 33, 63, 64, 65, 100, 257, 1023, 1024,
+               1025, 2049]
 
 
 def test_rows_of_every_short_length(dtype):

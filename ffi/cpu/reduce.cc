@@ -172,21 +172,25 @@ void fold_lanes_of_rows(V (&v)[S], Combine combine, E* out, Finish finish) {
   }
 }
 
-// acc[s] = init, then step(acc[s], s, i) for every range s < S and i = 0, K, ... < full:
-// ranges of at most kShortRowBytes one after the other (each one's accumulators in
-// registers for its run), longer ones side by side, a step of each in turn.
-template <int S, int K, typename Acc, typename Step>
-void for_steps(int64_t full, int64_t range_bytes, const Acc& init, Acc (&acc)[S], Step step) {
+// acc[s] = init, then step(acc[s], s, i) for every range s < S and i = 0, K, ... < full,
+// then last(acc[s], s): ranges of at most kShortRowBytes one after the other (each one's
+// accumulators in registers for its run), longer ones side by side, a step of each in
+// turn.
+template <int S, int K, typename Acc, typename Step, typename Last>
+void for_steps(int64_t full, int64_t range_bytes, const Acc& init, Acc (&acc)[S], Step step,
+               Last last) {
   if (range_bytes <= kShortRowBytes) {
     for (int s = 0; s < S; ++s) {
       Acc a = init;
       for (int64_t i = 0; i < full; i += K) step(a, s, i);
+      last(a, s);
       acc[s] = a;
     }
   } else {
     for (Acc& a : acc) a = init;
     for (int64_t i = 0; i < full; i += K)
       for (int s = 0; s < S; ++s) step(acc[s], s, i);
+    for (int s = 0; s < S; ++s) last(acc[s], s);
   }
 }
 
@@ -237,62 +241,106 @@ void copy_short(const T* src, int64_t n, T* dst) {
   else copy(std::integral_constant<int, 2>());
 }
 
-// out[s] = MAX / MIN of x[s][0, n) for S ranges at once, on keys, in vectors of kBytes;
-// rows shorter than such a vector take vectors half as wide (down to 16 bytes): 65536
-// bfloat16 rows of 16 on one Zen 4 core, max: 1000 us element by element, 575 padded to
-// 32 elements, 129 in 256-bit vectors (XLA: 160).
+// The lanes fold_extremum compares: integer keys for float16 / bfloat16, else the values.
+template <typename T> using ExtremumLane = std::conditional_t<sizeof(T) == 2, int16_t, T>;
+
+// A 16-byte vector whose lanes are all elements of p[0, n) (some twice), for n shorter
+// than that vector: two overlapping loads of 8 or 4 bytes, or one element repeated.
+template <typename V, typename T>
+V cover_short(const T* p, int64_t n) {
+  typedef uint64_t Words __attribute__((vector_size(16)));
+  const char* first = reinterpret_cast<const char*>(p);
+  const char* last = first + n * int64_t(sizeof(T));
+  uint64_t lo, hi;
+  if (last - first >= 8) {
+    std::memcpy(&lo, first, 8);
+    std::memcpy(&hi, last - 8, 8);
+  } else if (last - first >= 4) {
+    uint32_t a, b;
+    std::memcpy(&a, first, 4);
+    std::memcpy(&b, last - 4, 4);
+    lo = hi = a | uint64_t(b) << 32;
+  } else {  // one 16-bit element
+    uint16_t a;
+    std::memcpy(&a, first, 2);
+    lo = hi = a * 0x0001000100010001ull;
+  }
+  const Words words = {lo, hi};
+  V v;
+  std::memcpy(&v, &words, 16);
+  return v;
+}
+
+// out[s] = MAX / MIN of x[s][0, n) for S ranges at once, in vectors of kBytes. Both are
+// exact and idempotent, so a row's last vector may overlap the one before it, and a row
+// shorter than a vector takes vectors half as wide (down to 16 bytes, filled by
+// cover_short): no tail element by element and no padded copy. One Zen 4 core, 65536
+// rows, us, element by element -> padded with the identity -> overlapping (XLA):
+// float32 x 24 2010 -> 308 -> 248 (152), x 7 1600 -> 272 -> 170 (136); bfloat16 x 24
+// 518 (scalar tail) -> 174 (159), x 7 464 -> 142 (158).
+// float16 / bfloat16 compare integer keys (extremum_key), twice the lanes of a float
+// compare, and nothing is widened; floats compare with nan_max / nan_min's NaN rule.
 template <typename T, typename R, int S, int kBytes = simd::kVecBytes>
-void fold_half_extremum(const T* const* x, int64_t n, float* out) {
-  typedef int16_t VecS __attribute__((vector_size(kBytes)));
-  constexpr int W = kBytes / 2;
+void fold_extremum(const T* const* x, int64_t n, Acc<T>* out) {
+  using E = ExtremumLane<T>;
+  typedef E VecE __attribute__((vector_size(kBytes)));
+  constexpr int W = kBytes / int(sizeof(E));
   if constexpr (kBytes > 16) {
-    if (n < W) return fold_half_extremum<T, R, S, kBytes / 2>(x, n, out);
+    if (n < W) return fold_extremum<T, R, S, kBytes / 2>(x, n, out);
   }
   constexpr bool kMax = std::is_same_v<R, Reducer<ReduceOp::MAX>>;
-  const auto better = [](auto a, auto b) { return kMax ? (a > b ? a : b) : (a < b ? a : b); };
-  const int16_t identity = extremum_key<T, R>(int16_t(store<T>(R::template identity<float>()).bits));
-  const int64_t full = n / W * W;
-  VecS acc[S];
-  const auto step = [&](VecS& a, int s, int64_t i) {
-    a = better(extremum_key<T, R>(simd::vload<VecS>(x[s] + i)), a);
+  constexpr bool kKeys = sizeof(T) == 2;
+  const auto better = [](auto a, auto b) {
+    if constexpr (kKeys) return kMax ? (a > b ? a : b) : (a < b ? a : b);
+    else return LanesOf<R>::type::combine(a, b);  // nan_max / nan_min's NaN rule
   };
-  for_steps<S, W>(full, n * int64_t(sizeof(T)), VecS{} + identity, acc, step);
-  // Keys back to T's bits (a NaN to T's quiet NaN), on a vector or a scalar.
-  const auto bits_of = [](auto key) {
-    constexpr int16_t kQuietNan = std::is_same_v<T, bfloat16> ? 0x7fc0 : 0x7e00;
-    return key == kNanKey<T, R> ? decltype(key){} + kQuietNan : key ^ ((key >> 15) & 0x7fff);
+  const auto lanes = [](VecE v) {
+    if constexpr (kKeys) return extremum_key<T, R>(v);
+    else return v;
   };
-  int16_t keys[S];
-  if (full == n) {
-    // No tails: the keys turned back into bits on the merged vector and widened to
+  VecE acc[S];
+  if (n < W) {  // only at 16 bytes
+    for (int s = 0; s < S; ++s) acc[s] = lanes(cover_short<VecE>(x[s], n));
+  } else {
+    E identity;
+    if constexpr (kKeys) identity = extremum_key<T, R>(int16_t(store<T>(R::template identity<float>()).bits));
+    else identity = R::template identity<T>();
+    // Vectors at 0, W, 2W, ..., the last one ending at n (a separate last step was slower:
+    // 16384 float32 rows of 100 on one Zen 4 core, 118 -> 125 us).
+    for_steps<S, W>(
+        (n + W - 1) / W * W, n * int64_t(sizeof(T)), VecE{} + identity, acc,
+        [&](VecE& a, int s, int64_t i) { a = better(lanes(simd::vload<VecE>(x[s] + std::min(i, n - W))), a); },
+        [](VecE&, int) {});
+  }
+  if constexpr (kKeys) {
+    // Keys back to T's bits (a NaN to T's quiet NaN) on the merged vector, and widened to
     // floats a vector at a time, not row by row.
-    fold_lanes_of_rows(acc, better, keys, bits_of);
+    constexpr int16_t kQuietNan = std::is_same_v<T, bfloat16> ? 0x7fc0 : 0x7e00;
+    int16_t keys[S];
+    fold_lanes_of_rows(acc, better, keys, [](VecE key) {
+      return key == kNanKey<T, R> ? VecE{} + kQuietNan : key ^ ((key >> 15) & 0x7fff);
+    });
     const T* values = reinterpret_cast<const T*>(keys);
     constexpr int L = simd::kLanes<float>;
     int s = 0;
     for (; s + L <= S; s += L) simd::vstore(out + s, vmath::load_lanes(values + s));
     for (; s < S; ++s) out[s] = load(values[s]);
-    return;
-  }
-  fold_lanes_of_rows(acc, better, keys, [](VecS key) { return key; });
-  for (int s = 0; s < S; ++s) {
-    int16_t best = keys[s];
-    for (int64_t i = full; i < n; ++i) best = better(extremum_key<T, R>(int16_t(x[s][i].bits)), best);
-    out[s] = load(T{uint16_t(bits_of(best))});
+  } else {
+    fold_lanes_of_rows(acc, better, out, [](VecE v) { return v; });
   }
 }
 
-// out[s] = fold of x[s][0, n) for S blocks at once (independent streams).
-// Each block: lane j of kRowLanes accumulators takes the elements j, j + kRowLanes, ...,
-// the rest (fewer than kRowLanes) is padded with the identity into one more step (MAX /
-// MIN, bfloat16 sums) or folded in order after the lanes (float16, float32, float64
-// sums), and the lanes are combined pairwise (lane j with j + w, w = kRowLanes / 2,
-// ..., 1).
-// bfloat16 (sums: its MAX / MIN take fold_half_extremum) has twice the lanes: of each
-// 2 * kRowLanes elements the even ones go to the first kRowLanes lanes, the odd ones to
-// the others, which are combined first (lane j with j + kRowLanes). A shift and a mask
-// of 32-bit words make them floats where widening in memory's order takes a shuffle
-// per 16 elements: a 1 Mi-element sum on one Zen 4 core took 47 us, now 37 (XLA: 47).
+// out[s] = sum of x[s][0, n) for S blocks at once (independent streams; MAX / MIN take
+// fold_extremum). Each block: lane j of kRowLanes accumulators takes the elements j,
+// j + kRowLanes, ..., and the lanes are combined pairwise (lane j with j + w, w =
+// kRowLanes / 2, ..., 1). A partial last block is the block that ends at n, its lanes
+// before the tail zeroed; a row shorter than a block is padded with zeros into one block
+// (bfloat16) or folded in order (the other types).
+// bfloat16 has twice the lanes: of each 2 * kRowLanes elements the even ones go to the
+// first kRowLanes lanes, the odd ones to the others, which are combined first (lane j
+// with j + kRowLanes). A shift and a mask of 32-bit words make them floats where
+// widening in memory's order takes a shuffle per 16 elements: a 1 Mi-element sum on one
+// Zen 4 core took 47 us, now 37 (XLA: 47).
 template <typename T, typename R, int S>
 void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
   using A = Acc<T>;
@@ -303,68 +351,75 @@ void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
   const int64_t full = n / K * K;
   std::array<V, NV> acc[S], init;
   init.fill(simd::splat<V>(R::template identity<A>()));
-  const auto step = [&](std::array<V, NV>& a, const T* p) {  // a block of K at p
+  // A block of K at p, without its elements below skip (kSkip): lane j of vector v holds
+  // element v * W + j of the block, or (bfloat16) 2 (v * W + j) and, in the odd half,
+  // that + 1.
+  using Bits = std::conditional_t<sizeof(A) == 4, int32_t, int64_t>;
+  typedef Bits VecBits __attribute__((vector_size(sizeof(V))));
+  const auto step = [&](std::array<V, NV>& a, const T* p, auto kSkip, int64_t skip = 0) {
+    const auto kept = [&](V v, int first, int every) {
+      if constexpr (!decltype(kSkip)::value) {
+        return v;
+      } else {
+        VecBits index;
+        for (int j = 0; j < W; ++j) index[j] = first + every * j;
+        return reinterpret_cast<V>(reinterpret_cast<VecBits>(v) & (index >= Bits(skip)));  // true is -1
+      }
+    };
     if constexpr (kEvenOdd) {
       for (int v = 0; v < NV / 2; ++v) {
         const vmath::VecF2 words = vmath::load_bfloat16_even_odd(p + 2 * v * W);
-        a[v] = L::combine(words.lo, a[v]);
-        a[v + NV / 2] = L::combine(words.hi, a[v + NV / 2]);
+        a[v] = L::combine(kept(words.lo, 2 * v * W, 2), a[v]);
+        a[v + NV / 2] = L::combine(kept(words.hi, 2 * v * W + 1, 2), a[v + NV / 2]);
       }
     } else {
-      for (int v = 0; v < NV; ++v) a[v] = L::combine(load_vec(p + v * W), a[v]);
+      for (int v = 0; v < NV; ++v) a[v] = L::combine(kept(load_vec(p + v * W), v * W, 1), a[v]);
     }
   };
-  // A partial last block, padded with the identity (which changes no fold but a sum's
-  // -0 to +0) and folded as a vector, not element by element: for MAX / MIN, and for
-  // bfloat16 sums. Copied before the loop, so that the stores have landed when the
-  // block is read (a vector load right after the stores it spans is not forwarded);
-  // rows shorter than a block are then folded as rows of one block. One Zen 4 core,
-  // 65536 rows, us: max of float32 x 7 1600 -> 265 (XLA 140), x 24 2010 -> 305 (153);
-  // sum of bfloat16 x 16 690 -> 265-290, x 24 1020 -> 290 (XLA 290-300). Other sums
-  // keep their tail in order: as fast (float32 x 7: 190-230 either way).
-  const bool pad_tail = (kExtremum<R> || kEvenOdd) && full < n;
-  T blocks[S][K];
-  if (pad_tail) {
-    T none[K];
-    std::fill_n(none, K, store<T>(R::template identity<A>()));
+  // A row of at least a block: its partial last block is the block that ends at n with
+  // the elements before `full` dropped (+0 in their lanes, which turns a -0 sum into +0,
+  // as an empty tail does), right after the row's other steps: one more vector step, not
+  // a loop element by element (float32) or a padded copy (bfloat16). One Zen 4 core,
+  // 16384 rows of 100, us: float32 137 -> 120, bfloat16 114 -> 104 (XLA 112, 87).
+  // bfloat16 rows shorter than a block are padded with zeros into one block, copied
+  // before the loop, so that the stores have landed when the block is read (a vector load
+  // right after the stores it spans is not forwarded): 65536 rows, x 16 690 -> 265-290 us,
+  // x 24 1020 -> 290 (XLA 290-300). Other types fold such rows in order: as fast (float32
+  // x 7: 190-230 either way).
+  if (kEvenOdd && n < K) {
+    T blocks[S][K];
+    const T* padded[S];
     for (int s = 0; s < S; ++s) {
-      std::memcpy(blocks[s], none, sizeof(none));  // a vector or two of stores
-      copy_short(x[s] + full, n - full, blocks[s]);
+      std::memset(blocks[s], 0, sizeof(blocks[s]));  // a vector or two of stores
+      copy_short(x[s], n, blocks[s]);
+      padded[s] = blocks[s];
     }
-    if (full == 0) {
-      const T* padded[S];
-      for (int s = 0; s < S; ++s) padded[s] = blocks[s];
-      return fold_blocks<T, R, S>(padded, K, out);
-    }
+    return fold_blocks<T, R, S>(padded, K, out);
   }
-  for_steps<S, K>(full, n * int64_t(sizeof(T)), init, acc,
-                  [&](std::array<V, NV>& a, int s, int64_t i) { step(a, x[s] + i); });
-  if (pad_tail)
-    for (int s = 0; s < S; ++s) step(acc[s], blocks[s]);
-  const auto tail = [&](int s) {
-    A folded = R::template identity<A>();
-    for (int64_t i = full; i < n; ++i) folded = R::combine(folded, A(load(x[s][i])));
-    return folded;
-  };
-  const bool scalar_tail = full < n && !pad_tail;
-  if (full == 0 && scalar_tail) {  // a sum shorter than a block: in order
-    for (int s = 0; s < S; ++s) out[s] = tail(s);
+  if (n < K) {  // in order
+    for (int s = 0; s < S; ++s) {
+      A folded = R::template identity<A>();
+      for (int64_t i = 0; i < n; ++i) folded = R::combine(folded, A(load(x[s][i])));
+      out[s] = folded;
+    }
     return;
   }
+  for_steps<S, K>(
+      full, n * int64_t(sizeof(T)), init, acc,
+      [&](std::array<V, NV>& a, int s, int64_t i) { step(a, x[s] + i, std::false_type()); },
+      [&](std::array<V, NV>& a, int s) {
+        if (full < n) step(a, x[s] + n - K, std::true_type(), K - (n - full));
+      });
   V rows[S];
   for (int s = 0; s < S; ++s) {
     for (int w = NV / 2; w > 0; w /= 2)
       for (int v = 0; v < w; ++v) acc[s][v] = L::combine(acc[s][v], acc[s][v + w]);
     rows[s] = acc[s][0];
   }
-  // out[s] = R::combine(fold, tail(s)); an empty tail is the identity, which changes
-  // nothing for MAX / MIN and turns a sum's -0 into +0: combined on the vector.
-  const V identity = simd::splat<V>(R::template identity<A>());
-  fold_lanes_of_rows(rows, [](V a, V b) { return L::combine(a, b); }, out, [&](V folded) {
-    return scalar_tail || kExtremum<R> ? folded : L::combine(folded, identity);
-  });
-  if (scalar_tail)
-    for (int s = 0; s < S; ++s) out[s] = R::combine(out[s], tail(s));
+  // + 0: a -0 sum becomes +0, as XLA's (its init value is +0).
+  const V zero = simd::splat<V>(R::template identity<A>());
+  fold_lanes_of_rows(rows, [](V a, V b) { return L::combine(a, b); }, out,
+                     [&](V folded) { return L::combine(folded, zero); });
 }
 
 // Elements per block of fold_ranges: kBlock for sums; MAX and MIN are exact, so that
@@ -378,7 +433,7 @@ template <typename T, typename R, int S>
 void fold_ranges(const T* const* x, int64_t n, Acc<T>* out) {
   constexpr int64_t kB = kFoldBlock<R>;
   if (n <= kB) {
-    if constexpr (sizeof(T) == 2 && kExtremum<R>) return fold_half_extremum<T, R, S>(x, n, out);
+    if constexpr (kExtremum<R>) return fold_extremum<T, R, S>(x, n, out);
     else return fold_blocks<T, R, S>(x, n, out);
   }
   const int64_t half = (n / kB + 1) / 2 * kB;  // kB <= half < n
