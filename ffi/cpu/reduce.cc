@@ -276,8 +276,8 @@ V cover_short(const T* p, int64_t n) {
 // shorter than a vector takes vectors half as wide (down to 16 bytes, filled by
 // cover_short): no tail element by element and no padded copy. One Zen 4 core, 65536
 // rows, us, element by element -> padded with the identity -> overlapping (XLA):
-// float32 x 24 2010 -> 308 -> 248 (152), x 7 1600 -> 272 -> 170 (136); bfloat16 x 24
-// 518 (scalar tail) -> 174 (159), x 7 464 -> 142 (158).
+// float32 x 24 2010 -> 308 -> 198 (153), x 7 1600 -> 273 -> 114 (136); bfloat16 x 24
+// 519 (scalar tail) -> 175 (161), x 7 464 -> 132 (158).
 // float16 / bfloat16 compare integer keys (extremum_key), twice the lanes of a float
 // compare, and nothing is widened; floats compare with nan_max / nan_min's NaN rule.
 template <typename T, typename R, int S, int kBytes = simd::kVecBytes>
@@ -380,7 +380,7 @@ void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
   // the elements before `full` dropped (+0 in their lanes, which turns a -0 sum into +0,
   // as an empty tail does), right after the row's other steps: one more vector step, not
   // a loop element by element (float32) or a padded copy (bfloat16). One Zen 4 core,
-  // 16384 rows of 100, us: float32 137 -> 120, bfloat16 114 -> 104 (XLA 112, 87).
+  // 16384 rows of 100, us: float32 137 -> 121, bfloat16 135 -> 104 (XLA 113, 88).
   // bfloat16 rows shorter than a block are padded with zeros into one block, copied
   // before the loop, so that the stores have landed when the block is read (a vector load
   // right after the stores it spans is not forwarded): 65536 rows, x 16 690 -> 265-290 us,
