@@ -43,6 +43,7 @@ def test_rows_of_every_short_length(dtype):
     for n in ROW_LENGTHS:
         x = np.array(random((37, n), dtype, seed=n), np.float64)
         x[n % 37, n // 2] = np.nan  # one row with a NaN, at a different place each time
+        x[(n + 2) % 37, n - 1] = -np.nan  # and one with a NaN of sign 1, last
         x[(n + 1) % 37, :] = -0.0
         xs.append(jax.device_put(x.astype(np.dtype(dtype))))
     ops = list(ReduceOp)

@@ -198,21 +198,34 @@ template <typename R>
 constexpr bool kExtremum = std::is_same_v<R, Reducer<ReduceOp::MAX>> ||
                            std::is_same_v<R, Reducer<ReduceOp::MIN>>;
 
-// MAX / MIN of float16 / bfloat16 on integer keys: the bits with the magnitude flipped
-// where the sign is set order as the values do, as int16 (-0 just below +0), so one
-// vector max / min takes twice the lanes of a float one and nothing is widened. A NaN
-// (any sign) becomes the extreme key, which no other value has, and so wins as in
-// nan_max / nan_min.
-template <typename T> constexpr int16_t kInfBits = std::is_same_v<T, bfloat16> ? 0x7f80 : 0x7c00;
-template <typename T, typename R> constexpr int16_t kNanKey =
-    std::is_same_v<R, Reducer<ReduceOp::MAX>> ? INT16_MAX : INT16_MIN;
+// MAX / MIN of float16 / bfloat16 on integer keys, twice the lanes of a float compare and
+// nothing widened. The bits of x with the magnitude flipped where the sign is set order
+// as the values do, as int16 (-0 just below +0); for MIN those are complemented, which
+// reverses the order. Adding the bits of +inf plus one then moves the key of MAX's
+// identity -inf (MIN's +inf) to 0 and, as uint16, every NaN (of either sign) above the
+// other infinity's. So an unsigned max, one instruction, takes a NaN over anything as
+// nan_max / nan_min do, with no NaN test per element: one Zen 4 core, 16384 bfloat16
+// rows of 64 / 128, max 76 / 104 -> 67 / 90 us (XLA 63 / 82).
+template <typename T> constexpr uint16_t kInfBits = std::is_same_v<T, bfloat16> ? 0x7f80 : 0x7c00;
+template <typename T> constexpr uint16_t kKeyOffset = kInfBits<T> + 1;
+template <typename R> constexpr uint16_t kKeyFlip = std::is_same_v<R, Reducer<ReduceOp::MIN>> ? 0xffff : 0;
 
-// The key of 16-bit float bits (int16_t, or a vector of them); its own inverse but for NaN.
-template <typename T, typename R, typename S16>
-S16 extremum_key(S16 bits) {
-  const S16 key = bits ^ ((bits >> 15) & 0x7fff);
-  const S16 nan = S16{} + kNanKey<T, R>;
-  return (bits & 0x7fff) > kInfBits<T> ? nan : key;
+template <typename V> struct Signed16 {
+  typedef int16_t type __attribute__((vector_size(sizeof(V))));
+};
+
+// The keys of a vector of 16-bit float bits, and back (a NaN to T's quiet NaN).
+template <typename T, typename R, typename V>
+V extremum_key(V bits) {
+  const auto s = reinterpret_cast<typename Signed16<V>::type>(bits);
+  return (reinterpret_cast<V>(s ^ ((s >> 15) & 0x7fff)) ^ kKeyFlip<R>) + kKeyOffset<T>;
+}
+template <typename T, typename R, typename V>
+V extremum_bits(V key) {
+  constexpr uint16_t kQuietNan = std::is_same_v<T, bfloat16> ? 0x7fc0 : 0x7e00;
+  const auto s = reinterpret_cast<typename Signed16<V>::type>((key - kKeyOffset<T>) ^ kKeyFlip<R>);
+  const V bits = reinterpret_cast<V>(s ^ ((s >> 15) & 0x7fff));
+  return key > uint16_t(2 * kInfBits<T> + 1) ? V{} + kQuietNan : bits;
 }
 
 // dst[0, n) = src[0, n) for 2 <= n * sizeof(T) < 64 bytes by a few overlapping copies
@@ -242,7 +255,7 @@ void copy_short(const T* src, int64_t n, T* dst) {
 }
 
 // The lanes fold_extremum compares: integer keys for float16 / bfloat16, else the values.
-template <typename T> using ExtremumLane = std::conditional_t<sizeof(T) == 2, int16_t, T>;
+template <typename T> using ExtremumLane = std::conditional_t<sizeof(T) == 2, uint16_t, T>;
 
 // A 16-byte vector whose lanes are all elements of p[0, n) (some twice), for n shorter
 // than that vector: two overlapping loads of 8 or 4 bytes, or one element repeated.
@@ -288,10 +301,9 @@ void fold_extremum(const T* const* x, int64_t n, Acc<T>* out) {
   if constexpr (kBytes > 16) {
     if (n < W) return fold_extremum<T, R, S, kBytes / 2>(x, n, out);
   }
-  constexpr bool kMax = std::is_same_v<R, Reducer<ReduceOp::MAX>>;
   constexpr bool kKeys = sizeof(T) == 2;
   const auto better = [](auto a, auto b) {
-    if constexpr (kKeys) return kMax ? (a > b ? a : b) : (a < b ? a : b);
+    if constexpr (kKeys) return a > b ? a : b;  // unsigned (MIN's keys reversed)
     else return LanesOf<R>::type::combine(a, b);  // nan_max / nan_min's NaN rule
   };
   const auto lanes = [](VecE v) {
@@ -302,9 +314,8 @@ void fold_extremum(const T* const* x, int64_t n, Acc<T>* out) {
   if (n < W) {  // only at 16 bytes
     for (int s = 0; s < S; ++s) acc[s] = lanes(cover_short<VecE>(x[s], n));
   } else {
-    E identity;
-    if constexpr (kKeys) identity = extremum_key<T, R>(int16_t(store<T>(R::template identity<float>()).bits));
-    else identity = R::template identity<T>();
+    E identity = 0;  // the keys' (-inf's or, for MIN, +inf's)
+    if constexpr (!kKeys) identity = R::template identity<T>();
     // Vectors at 0, W, 2W, ..., the last one ending at n (a separate last step was slower:
     // 16384 float32 rows of 100 on one Zen 4 core, 118 -> 125 us).
     for_steps<S, W>(
@@ -313,13 +324,10 @@ void fold_extremum(const T* const* x, int64_t n, Acc<T>* out) {
         [](VecE&, int) {});
   }
   if constexpr (kKeys) {
-    // Keys back to T's bits (a NaN to T's quiet NaN) on the merged vector, and widened to
-    // floats a vector at a time, not row by row.
-    constexpr int16_t kQuietNan = std::is_same_v<T, bfloat16> ? 0x7fc0 : 0x7e00;
-    int16_t keys[S];
-    fold_lanes_of_rows(acc, better, keys, [](VecE key) {
-      return key == kNanKey<T, R> ? VecE{} + kQuietNan : key ^ ((key >> 15) & 0x7fff);
-    });
+    // Keys back to T's bits on the merged vector, and widened to floats a vector at a
+    // time, not row by row.
+    uint16_t keys[S];
+    fold_lanes_of_rows(acc, better, keys, [](VecE key) { return extremum_bits<T, R>(key); });
     const T* values = reinterpret_cast<const T*>(keys);
     constexpr int L = simd::kLanes<float>;
     int s = 0;
