@@ -44,15 +44,19 @@ def run_python(code: str) -> str:
 
 
 def test_kernel_scratch_exhaustion_raises_in_python():
-    # attention's backward pass keeps scratch of three times q's size here (Q^T, dO^T and
+    # attention's backward pass keeps scratch of five times q's size here (Q and dO copied
+    # to rows padded to the vector width, 1022 -> 1024 columns on every level; Q^T, dO^T and
     # one dQ partial) beside XLA's result buffers (dq as large as q). The limit leaves room
     # for the results plus one more q-sized mapping (a thread's new malloc arena reserves
-    # 64 MiB of address space) but not for the scratch. Without the handlers' exception guard,
+    # 64 MiB of address space) but not for the scratch, by a wide gap: with three q-sized
+    # blocks of scratch (head dim 1024) CI once saw the run fit, as if what was mapped
+    # when the limit was set shrank by more than a q afterwards. Every operand is ready and
+    # the collector has run before the limit is taken. Without the handlers' exception guard,
     # std::bad_alloc would unwind into XLA and abort the process. The kernels keep scratch
     # between calls (ScratchCache), so the warm-up runs a small problem (threads started,
     # small blocks cached) and the large one is only compiled ahead of the limited run.
     out = run_python("""
-        import jax, jax.numpy as jnp, numpy as np, oxijax
+        import gc, jax, jax.numpy as jnp, numpy as np, oxijax
         def operands(sq, dim):
             q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 1, sq, dim), np.float32))
             kv, lse = q[:, :, :8], jnp.zeros(q.shape[:3], jnp.float32)
@@ -63,10 +67,11 @@ def test_kernel_scratch_exhaustion_raises_in_python():
             return jax.jit(lambda *a: call(*a, scale=np.float64(0.03), causal=False))
         small = operands(64, 64)
         jax.block_until_ready(backward(small[0], small[1])(*small))  # warm: threads started
-        args = operands(16384, 1024)
+        args = jax.block_until_ready(operands(16384, 1022))
         q = args[0]
         compiled = backward(q, args[1]).lower(*args).compile()
         run = lambda: jax.block_until_ready(compiled(*args))
+        gc.collect()
         limit(q.nbytes * 5 // 2)
         try:
             run()
