@@ -105,55 +105,37 @@ inline VecD vfma(VecD a, VecD b, VecD c) {
 #endif
 }
 
-// a > b ? a : b and a < b ? a : b, b where either is NaN, on float or double vectors of
-// 16, 32 or 64 bytes (narrower ones than VecF / VecD fold short rows in wide builds):
-// x86's max / min instructions (one instruction where the plain ?: is a compare and a
-// blend). The AVX-512 maskz_ forms with a full mask are the plain instructions; they
+// a > b ? a : b (kMax) or a < b ? a : b, b where either is NaN, on float or double
+// vectors of 16, 32 or 64 bytes (narrower ones than VecF / VecD fold short rows in wide
+// builds): x86's max / min instructions (one instruction where the plain ?: is a compare
+// and a blend). The AVX-512 maskz_ forms with a full mask are the plain instructions; they
 // avoid GCC 12's bogus -Wmaybe-uninitialized on _mm512_undefined_* in the unmasked ones.
-template <typename V> inline V max_or_second(V a, V b) {
+template <bool kMax, typename V> inline V extremum_or_second(V a, V b) {
   [[maybe_unused]] constexpr bool kFloat = std::is_same_v<std::decay_t<decltype(a[0])>, float>;
 #if defined(__AVX512F__)
   if constexpr (sizeof(V) == 64) {
-    if constexpr (kFloat) return _mm512_maskz_max_ps(0xffff, a, b);
-    else return _mm512_maskz_max_pd(0xff, a, b);
+    if constexpr (kFloat)
+      return kMax ? _mm512_maskz_max_ps(0xffff, a, b) : _mm512_maskz_min_ps(0xffff, a, b);
+    else
+      return kMax ? _mm512_maskz_max_pd(0xff, a, b) : _mm512_maskz_min_pd(0xff, a, b);
   }
 #endif
 #if defined(__AVX__)
   if constexpr (sizeof(V) == 32) {
-    if constexpr (kFloat) return _mm256_max_ps(a, b);
-    else return _mm256_max_pd(a, b);
+    if constexpr (kFloat) return kMax ? _mm256_max_ps(a, b) : _mm256_min_ps(a, b);
+    else return kMax ? _mm256_max_pd(a, b) : _mm256_min_pd(a, b);
   }
 #endif
 #if defined(__SSE2__)
   if constexpr (sizeof(V) == 16) {
-    if constexpr (kFloat) return _mm_max_ps(a, b);
-    else return _mm_max_pd(a, b);
+    if constexpr (kFloat) return kMax ? _mm_max_ps(a, b) : _mm_min_ps(a, b);
+    else return kMax ? _mm_max_pd(a, b) : _mm_min_pd(a, b);
   }
 #endif
-  return a > b ? a : b;
+  return (kMax ? a > b : a < b) ? a : b;
 }
-template <typename V> inline V min_or_second(V a, V b) {
-  [[maybe_unused]] constexpr bool kFloat = std::is_same_v<std::decay_t<decltype(a[0])>, float>;
-#if defined(__AVX512F__)
-  if constexpr (sizeof(V) == 64) {
-    if constexpr (kFloat) return _mm512_maskz_min_ps(0xffff, a, b);
-    else return _mm512_maskz_min_pd(0xff, a, b);
-  }
-#endif
-#if defined(__AVX__)
-  if constexpr (sizeof(V) == 32) {
-    if constexpr (kFloat) return _mm256_min_ps(a, b);
-    else return _mm256_min_pd(a, b);
-  }
-#endif
-#if defined(__SSE2__)
-  if constexpr (sizeof(V) == 16) {
-    if constexpr (kFloat) return _mm_min_ps(a, b);
-    else return _mm_min_pd(a, b);
-  }
-#endif
-  return a < b ? a : b;
-}
+template <typename V> inline V max_or_second(V a, V b) { return extremum_or_second<true>(a, b); }
+template <typename V> inline V min_or_second(V a, V b) { return extremum_or_second<false>(a, b); }
 
 // x clamped to [lo, hi], a NaN x kept.
 template <typename V> inline V clamp(V x, V lo, V hi) {
