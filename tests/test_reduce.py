@@ -57,6 +57,25 @@ def test_rows_of_every_short_length(dtype):
                 assert not np.signbit(f64(actual)[(n + 1) % 37]), (n, op)
 
 
+# MAX / MIN read an x that fits the L3 row after row, a larger one (cache_info.h caps the
+# L3 at 32 MiB) eight rows or 128 KiB chunks side by side: 40 MiB, rows of 32 KiB and of
+# 1 MiB (chunked), NaN of either sign in some rows, a row's extremum in its last element.
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("row_bytes", [1 << 15, 1 << 20], ids=["32KiB", "1MiB"])
+def test_max_min_of_an_x_larger_than_the_l3(row_bytes, dtype):
+    itemsize = np.dtype(dtype).itemsize
+    n = row_bytes // itemsize
+    x = np.random.default_rng(7).standard_normal((40 << 20) // row_bytes * n, np.float32)
+    x = x.reshape(-1, n)
+    x[3, n // 3] = np.nan
+    x[17, n - 1] = -np.nan
+    x[5, n - 1], x[6, n - 1] = 100.0, -100.0
+    x = jnp.asarray(x, dtype)
+    for name in ("max", "min"):
+        actual = f64(jax.jit(getattr(oxijax, name), static_argnums=1)(x, 1))
+        np.testing.assert_array_equal(actual, getattr(np, name)(f64(x), axis=1))
+
+
 @pytest.mark.parametrize("op", [ReduceOp.MAX, ReduceOp.MIN, ReduceOp.SUM, ReduceOp.MEAN],
                          ids=lambda o: o.name.lower())
 def test_nan_propagates_like_jnp(op, dtype):

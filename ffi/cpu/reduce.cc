@@ -8,12 +8,12 @@
 // depends only on the shape, never on the number of threads or the instruction set
 // (the same lanes on every target), so results are reproducible.
 //
-// inner == 1: each row is contiguous. Rows are folded eight at a time (one core reads
-//   memory much faster from several sequential streams than from one; rows of at most
-//   4 KiB sixteen at a time, one after the other), each with a vector of accumulators
-//   and a horizontal reduce at the end of a block (several rows' lanes merged); a long row
-//   is cut into fixed-size chunks, folded eight at a time the same way, and combined
-//   afterwards. MAX / MIN are exact, so they skip the blocking; on float16 / bfloat16
+// inner == 1: each row is contiguous. Rows are folded eight at a time, side by side (one
+//   core reads memory much faster from several sequential streams than from one; rows of
+//   at most 4 KiB sixteen at a time, one after the other, as are all rows of a MAX / MIN
+//   whose x fits the L3), each with a vector of accumulators and a horizontal reduce at
+//   the end of a block (several rows' lanes merged); a long row is cut into fixed-size
+//   chunks, folded eight at a time the same way, and combined afterwards. MAX / MIN are exact, so they skip the blocking; on float16 / bfloat16
 //   they compare integer keys of the raw bits, twice the lanes of a float compare.
 // inner > 1: for each outer index, the axis rows are folded into an accumulator
 //   vector over a tile of inner (vectorised along inner, reading contiguous runs);
@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache_info.h"
 #include "half_convert.h"
 #include "kernels.h"
 #include "oxijax/math.h"
@@ -79,7 +80,8 @@ constexpr int kShortStreams = 16;
 // eight of them side by side made rows of 64 to 1024 float32 0.7-0.9x XLA's speed on
 // one Zen 4 core (16384 x 64 summed over rows: 124 -> 103 us, XLA 91). Longer rows stay
 // side by side, as measured on Zen 3 (on the Zen 4, rows of 4096 float32 one after the
-// other were ~5 % faster still; not measured on Zen 3).
+// other were ~5 % faster still; not measured on Zen 3). MAX / MIN of an x that fits the
+// L3 read every range one after the other (sequential_bytes).
 constexpr int64_t kShortRowBytes = 4096;
 
 // ------------------------------------------------------------ SIMD lanes
@@ -173,13 +175,13 @@ void fold_lanes_of_rows(V (&v)[S], Combine combine, E* out, Finish finish) {
 }
 
 // acc[s] = init, then step(acc[s], s, i) for every range s < S and i = 0, K, ... < full,
-// then last(acc[s], s): ranges of at most kShortRowBytes one after the other (each one's
-// accumulators in registers for its run), longer ones side by side, a step of each in
-// turn.
+// then last(acc[s], s): ranges of at most sequential_bytes one after the other (each
+// one's accumulators in registers for its run), longer ones side by side, a step of each
+// in turn.
 template <int S, int K, typename Acc, typename Step, typename Last>
-void for_steps(int64_t full, int64_t range_bytes, const Acc& init, Acc (&acc)[S], Step step,
-               Last last) {
-  if (range_bytes <= kShortRowBytes) {
+void for_steps(int64_t full, int64_t range_bytes, int64_t sequential_bytes, const Acc& init,
+               Acc (&acc)[S], Step step, Last last) {
+  if (range_bytes <= sequential_bytes) {
     for (int s = 0; s < S; ++s) {
       Acc a = init;
       for (int64_t i = 0; i < full; i += K) step(a, s, i);
@@ -295,12 +297,12 @@ V cover_short(const T* p, int64_t n) {
 // float16 / bfloat16 compare integer keys (extremum_key), twice the lanes of a float
 // compare, and nothing is widened; floats compare with nan_max / nan_min's NaN rule.
 template <typename T, typename R, int S, int kBytes = simd::kVecBytes>
-void fold_extremum(const T* const* x, int64_t n, Acc<T>* out) {
+void fold_extremum(const T* const* x, int64_t n, int64_t sequential_bytes, Acc<T>* out) {
   using E = ExtremumLane<T>;
   typedef E VecE __attribute__((vector_size(kBytes)));
   constexpr int W = kBytes / int(sizeof(E));
   if constexpr (kBytes > 16) {
-    if (n < W) return fold_extremum<T, R, S, kBytes / 2>(x, n, out);
+    if (n < W) return fold_extremum<T, R, S, kBytes / 2>(x, n, sequential_bytes, out);
   }
   constexpr bool kKeys = sizeof(T) == 2;
   const auto better = [](auto a, auto b) {
@@ -320,7 +322,7 @@ void fold_extremum(const T* const* x, int64_t n, Acc<T>* out) {
     // Vectors at 0, W, 2W, ..., the last one ending at n (a separate last step was slower:
     // 16384 float32 rows of 100 on one Zen 4 core, 118 -> 125 us).
     for_steps<S, W>(
-        (n + W - 1) / W * W, n * int64_t(sizeof(T)), VecE{} + identity, acc,
+        (n + W - 1) / W * W, n * int64_t(sizeof(T)), sequential_bytes, VecE{} + identity, acc,
         [&](VecE& a, int s, int64_t i) {
           a = better(lanes(simd::vload<VecE>(x[s] + std::min(i, n - W))), a);
         },
@@ -353,7 +355,7 @@ void fold_extremum(const T* const* x, int64_t n, Acc<T>* out) {
 // widening in memory's order takes a shuffle per 16 elements: a 1 Mi-element sum on one
 // Zen 4 core took 47 us, now 37 (XLA: 47).
 template <typename T, typename R, int S>
-void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
+void fold_blocks(const T* const* x, int64_t n, int64_t sequential_bytes, Acc<T>* out) {
   using A = Acc<T>;
   using V = simd::Vec<A>;
   using L = typename LanesOf<R>::type;
@@ -406,7 +408,7 @@ void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
       copy_short(x[s], n, blocks[s]);
       padded[s] = blocks[s];
     }
-    return fold_blocks<T, R, S>(padded, K, out);
+    return fold_blocks<T, R, S>(padded, K, sequential_bytes, out);
   }
   if (n < K) {  // in order
     for (int s = 0; s < S; ++s) {
@@ -417,7 +419,7 @@ void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
     return;
   }
   for_steps<S, K>(
-      full, n * int64_t(sizeof(T)), init, acc,
+      full, n * int64_t(sizeof(T)), sequential_bytes, init, acc,
       [&](std::array<V, NV>& a, int s, int64_t i) { step(a, x[s] + i, std::false_type()); },
       [&](std::array<V, NV>& a, int s) {
         if (full < n) step(a, x[s] + n - K, std::true_type(), K - (n - full));
@@ -440,20 +442,21 @@ void fold_blocks(const T* const* x, int64_t n, Acc<T>* out) {
 template <typename R> constexpr int64_t kFoldBlock = kExtremum<R> ? kRowChunk : kBlock;
 
 // out[s] = pairwise fold of x[s][0, n) over blocks of kFoldBlock<R> elements, for S
-// ranges of the same length at once; the tree depends only on n.
+// ranges of the same length at once; the tree depends only on n. Ranges of at most
+// sequential_bytes are read one after the other, longer ones side by side (for_steps).
 template <typename T, typename R, int S>
-void fold_ranges(const T* const* x, int64_t n, Acc<T>* out) {
+void fold_ranges(const T* const* x, int64_t n, int64_t sequential_bytes, Acc<T>* out) {
   constexpr int64_t kB = kFoldBlock<R>;
   if (n <= kB) {
-    if constexpr (kExtremum<R>) return fold_extremum<T, R, S>(x, n, out);
-    else return fold_blocks<T, R, S>(x, n, out);
+    if constexpr (kExtremum<R>) return fold_extremum<T, R, S>(x, n, sequential_bytes, out);
+    else return fold_blocks<T, R, S>(x, n, sequential_bytes, out);
   }
   const int64_t half = (n / kB + 1) / 2 * kB;  // kB <= half < n
   const T* right[S];
   for (int s = 0; s < S; ++s) right[s] = x[s] + half;
   Acc<T> lo[S], hi[S];
-  fold_ranges<T, R, S>(x, half, lo);
-  fold_ranges<T, R, S>(right, n - half, hi);
+  fold_ranges<T, R, S>(x, half, sequential_bytes, lo);
+  fold_ranges<T, R, S>(right, n - half, sequential_bytes, hi);
   for (int s = 0; s < S; ++s) out[s] = R::combine(lo[s], hi[s]);
 }
 
@@ -468,9 +471,10 @@ A tree_fold(const A* p, int64_t n, int64_t stride = 1) {
 
 // Folds the ranges start(u) .. start(u) + length(u) for u in [u0, u1): S at a time
 // while they have the same length, the rest one by one; results(u, values, count) for
-// each group of count consecutive units.
+// each group of count consecutive units (sequential_bytes: see fold_ranges).
 template <typename T, typename R, int S, typename Start, typename Length, typename Result>
-void fold_units(const T* x, int64_t u0, int64_t u1, Start start, Length length, Result results) {
+void fold_units(const T* x, int64_t u0, int64_t u1, int64_t sequential_bytes, Start start,
+                Length length, Result results) {
   const auto same_length = [&](int64_t u) {
     for (int s = 1; s < S; ++s)
       if (length(u + s) != length(u)) return false;
@@ -481,13 +485,13 @@ void fold_units(const T* x, int64_t u0, int64_t u1, Start start, Length length, 
     const T* ranges[S];
     for (int s = 0; s < S; ++s) ranges[s] = x + start(u + s);
     Acc<T> values[S];
-    fold_ranges<T, R, S>(ranges, length(u), values);
+    fold_ranges<T, R, S>(ranges, length(u), sequential_bytes, values);
     results(u, values, S);
   }
   for (; u < u1; ++u) {
     const T* range = x + start(u);
     Acc<T> value;
-    fold_ranges<T, R, 1>(&range, length(u), &value);
+    fold_ranges<T, R, 1>(&range, length(u), sequential_bytes, &value);
     results(u, &value, 1);
   }
 }
@@ -509,9 +513,25 @@ void finish_rows(const Acc<T>* values, int count, int64_t axis, T* out) {
   for (; i < count; ++i) out[i] = store<T>(R::finish(values[i], axis));
 }
 
+// inner == 1: ranges of at most this many bytes are read one after the other, longer
+// ones side by side. MAX / MIN of an x that fits the L3 read every range one after the
+// other: from cache, one stream at a time was faster at every length, where from memory
+// ranges of 16 KiB were as fast either way and chunks of 128 KiB side by side faster.
+// One Zen 4 core, float32 max, us (XLA), side by side -> one after the other: 1024 x
+// 4096 357-407 -> 305-315 (300-330); 2048 x 4096 1020-1200 -> 870-995 (860-1140); 1024
+// x 8192 0.87 -> 0.96 of XLA; 128 x 65536 0.93-0.97 -> 1.03; from memory, 4096 x 4096
+// 0.96-1.04 either way, 512 x 65536 1.15 -> 0.98. Sums side by side were faster from
+// cache too (float32 2048 x 4096: 813-847 against 873-1006 us).
+template <typename R>
+int64_t sequential_bytes(int64_t x_bytes) {
+  if (kExtremum<R> && x_bytes <= cache_sizes().l3) return INT64_MAX;
+  return kShortRowBytes;
+}
+
 template <typename T, typename R>
 void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T* out) {
   using A = Acc<T>;
+  const int64_t sequential = sequential_bytes<R>(outer * axis * int64_t(sizeof(T)));
   // Tasks of whole groups of kShortStreams rows (or chunks: two groups of kStreams).
   constexpr int64_t kGroup = kShortStreams;
   const auto for_groups = [&](int64_t units, int64_t grain, auto body) {
@@ -524,7 +544,7 @@ void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T
     for_groups(outer, kGrain / axis, [&](int64_t begin, int64_t end) {
       const auto fold = [&](auto streams) {
         fold_units<T, R, decltype(streams)::value>(
-            x, begin, end, [axis](int64_t o) { return o * axis; }, [axis](int64_t) { return axis; },
+            x, begin, end, sequential, [axis](int64_t o) { return o * axis; }, [axis](int64_t) { return axis; },
             [&](int64_t o, const A* v, int count) { finish_rows<T, R>(v, count, axis, out + o); });
       };
       const bool short_rows = axis * int64_t(sizeof(T)) <= kShortRowBytes;
@@ -539,7 +559,7 @@ void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T
   Scratch<A> partial(outer * chunks);
   for_groups(outer * chunks, 1, [&](int64_t begin, int64_t end) {
     fold_units<T, R, kStreams>(
-        x, begin, end,
+        x, begin, end, sequential,
         [&](int64_t t) { return t / chunks * axis + t % chunks * kRowChunk; },
         [&](int64_t t) { return std::min(kRowChunk, axis - t % chunks * kRowChunk); },
         [&](int64_t t, const A* v, int count) { std::copy(v, v + count, partial.data() + t); });
