@@ -1,8 +1,9 @@
 // The running machine's data cache sizes, read once, for the cache blocking of the gemm
-// engine (gemm_microkernel.h) and the order in which reduce.cc reads rows. Kernels must not probe the CPU themselves (the ISA
-// dispatcher does that), so this asks the C library: glibc's sysconf answers from cpuid
-// on x86 and with 0 where it does not know (aarch64, some VMs); other C libraries lack
-// the _SC_LEVEL* names. Unknown sizes get typical values.
+// engine (gemm_microkernel.h) and the order in which reduce.cc reads rows. Kernels must
+// not probe the CPU themselves (the ISA dispatcher does that), so this asks the C
+// library: glibc's sysconf answers from cpuid on x86 and with 0 where it does not know
+// (aarch64, some VMs); other C libraries lack the _SC_LEVEL* names. Unknown sizes get
+// typical values.
 #pragma once
 
 #include <algorithm>

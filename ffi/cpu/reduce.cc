@@ -13,8 +13,9 @@
 //   at most 4 KiB sixteen at a time, one after the other, as are all rows of a MAX / MIN
 //   whose x fits the L3), each with a vector of accumulators and a horizontal reduce at
 //   the end of a block (several rows' lanes merged); a long row is cut into fixed-size
-//   chunks, folded eight at a time the same way, and combined afterwards. MAX / MIN are exact, so they skip the blocking; on float16 / bfloat16
-//   they compare integer keys of the raw bits, twice the lanes of a float compare.
+//   chunks, folded eight at a time the same way, and combined afterwards. MAX / MIN are
+//   exact, so they skip the blocking; on float16 / bfloat16 they compare integer keys of
+//   the raw bits, twice the lanes of a float compare.
 // inner > 1: for each outer index, the axis rows are folded into an accumulator
 //   vector over a tile of inner (vectorised along inner, reading contiguous runs);
 //   tasks are outer x inner tiles (x axis chunks when there are too few of those).
@@ -544,7 +545,8 @@ void reduce_rows(const Parallel& par, int64_t outer, int64_t axis, const T* x, T
     for_groups(outer, kGrain / axis, [&](int64_t begin, int64_t end) {
       const auto fold = [&](auto streams) {
         fold_units<T, R, decltype(streams)::value>(
-            x, begin, end, sequential, [axis](int64_t o) { return o * axis; }, [axis](int64_t) { return axis; },
+            x, begin, end, sequential, [axis](int64_t o) { return o * axis; },
+            [axis](int64_t) { return axis; },
             [&](int64_t o, const A* v, int count) { finish_rows<T, R>(v, count, axis, out + o); });
       };
       const bool short_rows = axis * int64_t(sizeof(T)) <= kShortRowBytes;
