@@ -95,6 +95,21 @@ def test_binary_broadcasting_matches_numpy(op, shapes, dtype):
     assert_close(actual, expected, dtype, scale=0.0)
 
 
+# 40 MiB outputs: above glibc's largest mmap threshold (32 MiB), so each is a fresh
+# mapping whose pages the kernels map a chunk at a time (populate in elementwise.cc); a
+# second call reuses nothing. Odd row length: chunks that end inside a row.
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_large_fresh_outputs(dtype):
+    rows = (40 << 20) // np.dtype(dtype).itemsize // 4099
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.standard_normal((rows, 4099), np.float32), dtype)
+    row = jnp.asarray(rng.standard_normal(4099, np.float32), dtype)
+    for _ in range(2):
+        np.testing.assert_array_equal(f64(jax.jit(oxijax.relu)(x)), np.maximum(f64(x), 0.0))
+        actual = jax.jit(lambda x, r: oxijax.binary(x, r, "max"))(x, row)
+        np.testing.assert_array_equal(f64(actual), np.maximum(f64(x), f64(row)))
+
+
 @pytest.mark.parametrize("op", list(BinaryOp), ids=lambda o: o.name.lower())
 def test_binary_special_values_like_jnp(op, dtype):
     a = jnp.asarray(SPECIAL, dtype=dtype)

@@ -14,11 +14,14 @@
 //
 // Parallel chunks end on page boundaries of the output: a large output is usually a
 // fresh allocation, and first touching its pages (page faults) costs more than the
-// math; this way no page is faulted in by two threads.
+// math; this way no page is faulted in by two threads, and each chunk of a fresh output
+// maps its pages in one system call (populate).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "half_convert.h"
 #include "kernels.h"
@@ -56,18 +59,63 @@ constexpr int64_t kGrain = int64_t{1} << 16;
 // The granule of first-touch page faults (the smallest page size of x86-64 and aarch64).
 constexpr int64_t kPageBytes = 4096;
 
+// A large output is usually a new mapping of the allocator without pages: each first
+// store to a page traps into the kernel, which zeroes and maps it. One
+// MADV_POPULATE_WRITE (Linux 5.14) per parallel chunk maps its pages without a trap per
+// page. Zen 4 VM, 4096 x 4096 into a fresh 64 MiB, ms (XLA): two cores, float32 max with
+// a broadcast row 21.9-24.1 -> 16.6-17.5 (18.6-23.1), relu 19.2-20.8 -> 16.4-16.8
+// (17.8-22.9), bfloat16 max 10.5-12.5 -> 7.4-8.9 (10.7-12.5); one core, float32 relu
+// 37.8-38.7 -> 34.0-34.8 (31.1-32.4). On pages that are mapped already (a reused heap
+// buffer) it walks them for nothing (2048 x 2048 float32 max 1.06 -> 1.70 ms), and a
+// mincore test per chunk cost 2-15 us per call on outputs of 256 KiB to 4 MiB: so one
+// test per call, of the output's last page, for outputs of at least kPopulateBytes.
+// Best effort: an older kernel's EINVAL leaves the pages to fault.
+constexpr int64_t kPopulateBytes = int64_t{4} << 20;
+
+// Whether the last page of [begin, end) is not mapped yet (then none of it is, as far as
+// an allocator's fresh mapping goes).
+bool fresh_pages(const void* begin, const void* end) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(end) - 1) / kPageBytes * kPageBytes;
+  if (last < reinterpret_cast<uintptr_t>(begin)) return false;
+  unsigned char mapped = 1;
+  return mincore(reinterpret_cast<void*>(last), kPageBytes, &mapped) == 0 && !(mapped & 1);
+#else
+  (void)begin, (void)end;
+  return false;
+#endif
+}
+
+// Maps the whole pages of [begin, end) (fresh_pages said they are not mapped).
+void populate(const void* begin, const void* end) {
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+  constexpr uintptr_t kPage = kPageBytes;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + kPage - 1) / kPage * kPage;
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(end) / kPage * kPage;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+#else
+  (void)begin, (void)end;
+#endif
+}
+
 // Calls body(begin, end) over [0, n) on par, in chunks of at least kGrain elements
-// that end on page boundaries of out.
+// that end on page boundaries of out, each chunk's pages mapped first where out is a
+// large fresh mapping.
 template <typename T, typename Body>
-void for_output_pages(const Parallel& par, const T* out, int64_t n, const Body& body) {
+void for_output_pages(const Parallel& par, T* out, int64_t n, const Body& body) {
   constexpr int64_t kPage = kPageBytes / sizeof(T);
   const auto address = reinterpret_cast<uintptr_t>(out);
   const int64_t head = static_cast<int64_t>((kPageBytes - address % kPageBytes) % kPageBytes) /
                        static_cast<int64_t>(sizeof(T));  // elements before the first boundary
-  if (head >= n) return body(0, n);
+  const bool fresh = n * int64_t(sizeof(T)) >= kPopulateBytes && fresh_pages(out, out + n);
+  const auto chunk = [&](int64_t begin, int64_t end) {
+    if (fresh) populate(out + begin, out + end);
+    body(begin, end);
+  };
+  if (head >= n) return chunk(0, n);
   const int64_t pages = (n - head + kPage - 1) / kPage;
   par.for_range(pages, kGrain / kPage, [&](int64_t p0, int64_t p1) {
-    body(p0 == 0 ? 0 : head + p0 * kPage, std::min(n, head + p1 * kPage));
+    chunk(p0 == 0 ? 0 : head + p0 * kPage, std::min(n, head + p1 * kPage));
   });
 }
 
