@@ -72,16 +72,15 @@ constexpr int64_t kPageBytes = 4096;
 // Best effort: an older kernel's EINVAL leaves the pages to fault.
 constexpr int64_t kPopulateBytes = int64_t{4} << 20;
 
-// Whether the last page of [begin, end) is not mapped yet (then none of it is, as far as
-// an allocator's fresh mapping goes).
-bool fresh_pages(const void* begin, const void* end) {
+// Whether the page of end's last byte is not mapped yet (then none of a fresh mapping
+// of the allocator that ends there is).
+bool fresh_pages(const void* end) {
 #if defined(__linux__) && defined(MADV_POPULATE_WRITE)
   const uintptr_t last = (reinterpret_cast<uintptr_t>(end) - 1) / kPageBytes * kPageBytes;
-  if (last < reinterpret_cast<uintptr_t>(begin)) return false;
   unsigned char mapped = 1;
   return mincore(reinterpret_cast<void*>(last), kPageBytes, &mapped) == 0 && !(mapped & 1);
 #else
-  (void)begin, (void)end;
+  (void)end;
   return false;
 #endif
 }
@@ -102,12 +101,12 @@ void populate(const void* begin, const void* end) {
 // that end on page boundaries of out, each chunk's pages mapped first where out is a
 // large fresh mapping.
 template <typename T, typename Body>
-void for_output_pages(const Parallel& par, T* out, int64_t n, const Body& body) {
+void for_output_pages(const Parallel& par, const T* out, int64_t n, const Body& body) {
   constexpr int64_t kPage = kPageBytes / sizeof(T);
   const auto address = reinterpret_cast<uintptr_t>(out);
   const int64_t head = static_cast<int64_t>((kPageBytes - address % kPageBytes) % kPageBytes) /
                        static_cast<int64_t>(sizeof(T));  // elements before the first boundary
-  const bool fresh = n * int64_t(sizeof(T)) >= kPopulateBytes && fresh_pages(out, out + n);
+  const bool fresh = n * int64_t(sizeof(T)) >= kPopulateBytes && fresh_pages(out + n);
   const auto chunk = [&](int64_t begin, int64_t end) {
     if (fresh) populate(out + begin, out + end);
     body(begin, end);
