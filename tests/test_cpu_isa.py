@@ -1,6 +1,7 @@
 """Run-time choice of the CPU kernels' instruction-set level (ffi/cpu/isa_dispatch.h):
-the levels detected against the kernel's own /proc/cpuinfo, the OXIJAX_CPU_ISA override
-and its errors, and the op tests run again under every lower level this CPU runs."""
+the levels detected against the kernel's own /proc/cpuinfo, the default choice, the
+OXIJAX_CPU_ISA override and its errors, and the op tests run again under every other
+level this CPU runs."""
 
 from __future__ import annotations
 
@@ -33,14 +34,20 @@ X86_LEVEL_FLAGS = {
              "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"},
     "avx512": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
     "avx512bf16": {"avx512_bf16"},
+    "amx": {"amx_tile", "amx_bf16"},
 }
+X86_LEVELS = ["baseline", "avx2", "avx512", "avx512bf16", "amx"]
+
+
+def cpuinfo_field(name: str) -> str:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if line.split(":", 1)[0].strip() == name:
+            return line.split(":", 1)[1].strip()
+    pytest.skip(f"/proc/cpuinfo has no {name}")
 
 
 def cpuinfo_flags() -> set[str]:
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    pytest.skip("/proc/cpuinfo lists no CPU flags")
+    return set(cpuinfo_field("flags").split())
 
 
 def run_python(code: str, isa: str | None) -> subprocess.CompletedProcess:
@@ -52,38 +59,50 @@ def run_python(code: str, isa: str | None) -> subprocess.CompletedProcess:
                           env=env, cwd=ROOT / "tests", timeout=300)
 
 
-def test_the_level_in_use_is_the_best_this_cpu_runs():
+def test_the_level_in_use_is_the_default_unless_forced():
     assert BUILD["cpu_isa_levels"], "this CPU runs no level of the build"
     assert set(BUILD["cpu_isa_levels"]) <= set(BUILD["cpu_isa_built"])
-    expected = os.environ.get("OXIJAX_CPU_ISA") or BUILD["cpu_isa_levels"][-1]
+    expected = os.environ.get("OXIJAX_CPU_ISA") or BUILD["cpu_isa_default"]
     assert BUILD["cpu_isa"] == expected
+
+
+def test_the_default_is_the_best_level_but_avx512bf16_on_intel():
+    """VDPBF16PS runs at half the rate of the FMAs on Intel CPUs (isa_dispatch.cc)."""
+    best = BUILD["cpu_isa_levels"][-1]
+    if X86 and best == "avx512bf16" and cpuinfo_field("vendor_id") == "GenuineIntel":
+        assert BUILD["cpu_isa_default"] == "avx512"
+    else:
+        assert BUILD["cpu_isa_default"] == best
 
 
 @pytest.mark.skipif(not X86, reason="x86-64 levels")
 def test_x86_build_has_every_level():
     if os.environ.get("OXIJAX_CPU_LEVELS"):
         pytest.skip("built for the levels of OXIJAX_CPU_LEVELS only")
-    assert BUILD["cpu_isa_built"] == ["baseline", "avx2", "avx512", "avx512bf16"]
+    assert BUILD["cpu_isa_built"] == X86_LEVELS
     flags = {"baseline": ["-march=x86-64"], "avx2": ["-march=x86-64-v3"],
              "avx512": ["-march=x86-64-v4"],
-             "avx512bf16": ["-march=x86-64-v4", "-mavx512bf16"]}[BUILD["cpu_isa"]]
+             "avx512bf16": ["-march=x86-64-v4", "-mavx512bf16"],
+             "amx": ["-march=x86-64-v4", "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],
+             }[BUILD["cpu_isa"]]
     assert set(flags) <= set(BUILD["cpu_flags"].split())
     assert "-march=native" not in BUILD["cpu_flags"]
 
 
 @pytest.mark.skipif(not X86, reason="x86-64 levels")
 def test_detected_levels_match_proc_cpuinfo():
-    """cpuid + XCR0 (isa_dispatch.cc) against the kernel's own reading of the CPU."""
+    """cpuid + XCR0 (isa_dispatch.cc) against the kernel's own reading of the CPU (which
+    lists AMX only when it supports it: Linux 5.16 and newer grant it on request)."""
     flags = cpuinfo_flags()
     expected = ["baseline"]
-    for level in ("avx2", "avx512", "avx512bf16"):  # each includes the one before
+    for level in X86_LEVELS[1:]:  # each includes the one before
         if not X86_LEVEL_FLAGS[level] <= flags:
             break
         expected.append(level)
     assert BUILD["cpu_isa_levels"] == [lv for lv in expected if lv in BUILD["cpu_isa_built"]]
 
 
-@pytest.mark.parametrize("level", ["unknown", "avx512", "avx512bf16"])
+@pytest.mark.parametrize("level", ["unknown", "avx512", "avx512bf16", "amx"])
 def test_forcing_a_level_the_cpu_lacks_is_a_clear_import_error(level):
     if level in BUILD["cpu_isa_levels"]:
         pytest.skip(f"this CPU runs {level}")
@@ -149,59 +168,78 @@ def test_kernel_libraries_export_only_their_table():
         assert [line.split()[-1] for line in out.splitlines()] == ["oxijax_cpu_kernel_table"]
 
 
-# Below the level in use (the best, unless OXIJAX_CPU_ISA chose a lower one).
-LOWER_LEVELS = BUILD["cpu_isa_levels"][:BUILD["cpu_isa_levels"].index(BUILD["cpu_isa"])]
+# Every level this CPU runs but the one in use.
+OTHER_LEVELS = [level for level in BUILD["cpu_isa_levels"] if level != BUILD["cpu_isa"]]
 
-# Levels whose level above compiles only a few sources itself (taking the rest as this
-# level's objects): the level above, the one feature macro that sets it apart, and the
-# op tests that run that code: the other op tests would run the same instructions
-# again. Checked by test_level_differences_stay_where_the_lower_level_runs_look.
-DIFFERS_ONLY_IN = {
-    # x86-64-v4 under x86-64-v4 + AVX512_BF16: the bfloat16 gemm and conv2d (the forward,
-    # and the stride-1 data gradient that runs it) on VDPBF16PS.
-    "avx512": ("avx512bf16", "__AVX512BF16__", ["test_gemm.py", "test_conv2d.py", "test_grad.py"]),
+# Levels that compile only a few sources themselves and take the rest as the objects of
+# a level below (CMakeLists.txt: OXIJAX_CPU_LEVEL_BASE_*, OXIJAX_CPU_LEVEL_OWN_SOURCES_*):
+# that level, their own sources, and the feature macro that sets them apart. Checked by
+# test_shared_objects_are_what_cmake_builds.
+SHARES_OBJECTS_OF = {
+    # bfloat16 gemm and conv2d (the forward, and the stride-1 data gradient that runs
+    # it) on VDPBF16PS.
+    "avx512bf16": ("avx512", {"gemm.cc", "conv2d.cc", "conv2d_filter_grad.cc"},
+                   "__AVX512BF16__"),
+    # bfloat16 gemm on AMX tiles.
+    "amx": ("avx512", {"gemm.cc"}, "__AMX_BF16__"),
 }
+# The op tests that run each of those sources.
+TESTS_OF_SOURCE = {"gemm.cc": ["test_gemm.py", "test_grad.py"],
+                   "conv2d.cc": ["test_conv2d.py", "test_grad.py"],
+                   "conv2d_filter_grad.cc": ["test_conv2d.py", "test_grad.py"]}
 
 
 def op_tests_for(level: str) -> list[str]:
-    above = BUILD["cpu_isa_levels"][BUILD["cpu_isa_levels"].index(level) + 1]
-    if level in DIFFERS_ONLY_IN and above == BUILD["cpu_isa"] == DIFFERS_ONLY_IN[level][0]:
-        return DIFFERS_ONLY_IN[level][2]
-    return OP_TESTS
+    """The op tests that run code of `level` other than the level in use's: all of them,
+    unless both levels are a level's objects but for a few sources."""
+    def base_and_own(lv):
+        base, own, _ = SHARES_OBJECTS_OF.get(lv, (lv, set(), None))
+        return base, own
+
+    base, own = base_and_own(level)
+    in_use_base, in_use_own = base_and_own(BUILD["cpu_isa"])
+    if base != in_use_base:
+        return OP_TESTS
+    differing = {test for source in own | in_use_own for test in TESTS_OF_SOURCE[source]}
+    return [test for test in OP_TESTS if test in differing]
 
 
-def test_level_differences_stay_where_the_lower_level_runs_look():
-    """The level above a DIFFERS_ONLY_IN entry compiles exactly the sources that pack for
-    its instructions (Packed<T>; CMakeLists.txt: OXIJAX_CPU_LEVEL_OWN_SOURCES_*), and its
-    feature macro appears nowhere else but in the headers of the gemm engine and conv2d's
-    packing."""
+def test_shared_objects_are_what_cmake_builds():
+    """A level of SHARES_OBJECTS_OF compiles exactly its own sources (CMakeLists.txt),
+    which are the sources that pack for the gemm engine's element types (Packed<T>,
+    GemmPacked<T>) where its instructions change them, and its feature macro appears
+    nowhere else but in those sources and the engine's headers."""
     cmake = (ROOT / "CMakeLists.txt").read_text()
-    own = {m.group(1): sorted(pathlib.Path(p).name for p in m.group(2).split())
+    own = {m.group(1): {pathlib.Path(p).name for p in m.group(2).split()}
            for m in re.finditer(r"set\(OXIJAX_CPU_LEVEL_OWN_SOURCES_(\w+) ([^)]*)\)", cmake)}
-    assert sorted(own) == sorted(above for above, _, _ in DIFFERS_ONLY_IN.values()), own
-    engine_users = sorted(path.name for path in (ROOT / "ffi" / "cpu").glob("*.cc")
-                          if "Packed<" in path.read_text())
-    for above, macro, _ in DIFFERS_ONLY_IN.values():
-        assert engine_users == own[above], engine_users
+    base = dict(re.findall(r"set\(OXIJAX_CPU_LEVEL_BASE_(\w+) (\w+)\)", cmake))
+    assert {lv: (b, o) for lv, (b, o, _) in SHARES_OBJECTS_OF.items()} == {
+        lv: (base[lv], own[lv]) for lv in own}
+    sources = {path.name: path.read_text() for path in (ROOT / "ffi" / "cpu").glob("*.cc")}
+    packed_users = {name for name, text in sources.items() if "Packed<" in text}
+    assert packed_users == own["avx512bf16"], packed_users
+    assert {name for name, text in sources.items() if "GemmPacked<" in text} == own["amx"]
+    headers = {"gemm_microkernel.h", "gemm_amx.h", "conv2d_taps.h"}
+    for level, (_, own_sources, macro) in SHARES_OBJECTS_OF.items():
         users = {path.name for path in (ROOT / "ffi").rglob("*")
                  if path.is_file() and macro in path.read_text(errors="ignore")}
-        assert users <= {"gemm_microkernel.h", "conv2d_taps.h", *own[above]}, users
+        assert users <= headers | own_sources, (level, users)
 
 
-@pytest.mark.skipif(not LOWER_LEVELS, reason="this CPU runs only one level of the build")
-def test_op_tests_pass_under_every_lower_level(tmp_path):
-    """The op tests again, in a fresh process per lower level on that level's kernels (the
-    suite itself runs on the best level), so CI checks every level its CPU runs against
+@pytest.mark.skipif(not OTHER_LEVELS, reason="this CPU runs only one level of the build")
+def test_op_tests_pass_under_every_other_level(tmp_path):
+    """The op tests again, in a fresh process per other level on that level's kernels (the
+    suite itself runs on the level in use), so CI checks every level its CPU runs against
     the references. The levels run one after another and share a JAX compilation cache:
     their programs are the same (a custom call finds its level's kernel when it runs), so
     after the first level most compilations are cache hits, ~40 % of a run's time."""
     failures = []
-    for level in LOWER_LEVELS:
+    for level in OTHER_LEVELS:
         env = dict(os.environ, OXIJAX_CPU_ISA=level,
                    JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-        tests = [f"{__file__}::test_the_level_in_use_is_the_best_this_cpu_runs",
+        tests = [f"{__file__}::test_the_level_in_use_is_the_default_unless_forced",
                  *(str(ROOT / "tests" / name) for name in op_tests_for(level))]
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p",

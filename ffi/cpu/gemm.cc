@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gemm_microkernel.h"
+#include "gemm_amx.h"
 #include "kernels.h"
 
 namespace oxijax::cpu {
@@ -40,8 +40,8 @@ struct Matrices {
 template <typename T>
 struct Plan {
   using A = Acc<T>;
-  using P = Packed<T>;
-  static constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
+  using P = GemmPacked<T>;
+  static constexpr int MR = PanelShape<P>::kMR, NR = PanelShape<P>::kNR;
 
   int64_t m, n, k;
   int64_t kp;  // K in packed elements (P), the depth of a packed row or column
@@ -53,11 +53,11 @@ struct Plan {
   int64_t rows_big, cols_big;  // super-block size, multiples of MR / NR
 
   explicit Plan(const GemmShape& s)
-      : m(s.m), n(s.n), k(s.k), kp(ceil_div(s.k, kStepsPer<P>)),
+      : m(s.m), n(s.n), k(s.k), kp(packed_depth<P>(s.k)),
         a_rs(s.trans_a ? 1 : s.a_ld()), a_cs(s.trans_a ? s.a_ld() : 1),
         b_rs(s.trans_b ? s.b_ld() : 1), b_cs(s.trans_b ? 1 : s.b_ld()),
         ldc(s.out_ld()),
-        alpha(A(s.alpha)), beta(A(s.beta)), kb(kp, cache_blocks<P>().kc) {
+        alpha(A(s.alpha)), beta(A(s.beta)), kb(kp, cache_blocks<P>().kc, kKGranule<P>) {
     const CacheBlocks& blocks = cache_blocks<P>();
     rows_big = even_block(m, blocks.pack / kp, MR);
     // Half types also hold an MC-row stripe of the super-block in float
@@ -74,28 +74,18 @@ struct Plan {
   }
   void pack_a(P* dst, int64_t width, const Matrices<T>& x, int64_t ib, int64_t rows,
               int64_t i0, int64_t i1) const {
-    pack<MR>(dst, width, x.a + ib * a_rs, a_rs, a_cs, rows, i0, i1);
+    pack_a_panels<MR>(dst, width, x.a + ib * a_rs, a_rs, a_cs, rows, i0, i1, kb, k);
   }
   void pack_b(P* dst, int64_t width, const Matrices<T>& x, int64_t jb, int64_t cols,
               int64_t j0, int64_t j1) const {
-    pack<NR>(dst, width, x.b + jb * b_rs, b_rs, b_cs, cols, j0, j1);
-  }
-
- private:
-  template <int R>
-  void pack(P* dst, int64_t width, const T* src, int64_t rs, int64_t cs, int64_t rows,
-            int64_t i0, int64_t i1) const {
-    if constexpr (std::is_same_v<P, BfPair>)
-      pack_panels<R>(dst, width, src, rs, cs, rows, i0, i1, kb, k);
-    else
-      pack_panels<R>(dst, width, src, rs, cs, rows, i0, i1, kb);
+    pack_b_panels<NR>(dst, width, x.b + jb * b_rs, b_rs, b_cs, cols, j0, j1, kb, k);
   }
 };
 
 template <typename T>
 struct Workspace {
   using A = Acc<T>;
-  using P = Packed<T>;
+  using P = GemmPacked<T>;
   Scratch<P> a, b;
   Scratch<A> scratch;
   explicit Workspace(const Plan<T>& p)
@@ -168,7 +158,7 @@ void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>* xs,
       const double unit_flops = 2.0 * rc * MR * cc * NR * p.k;
       par.for_range(count * rp * cp, int64_t(kMinTaskFlops / unit_flops) + 1,
                     [&](int64_t begin, int64_t end) {
-        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<Packed<T>>().mc * cc * NR);
+        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<GemmPacked<T>>().mc * cc * NR);
         for (int64_t t = begin; t < end; ++t) {
           const int64_t item = t / (rp * cp), u = t % (rp * cp);
           const int64_t r0 = (u / cp) * rc * MR, c0 = (u % cp) * cc * NR;
@@ -228,7 +218,7 @@ void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, c
     // for_range a few microseconds of work per thread).
     const int64_t ws_elems = p.rows_big * p.kp + p.cols_big * p.kp;
     const int64_t group = std::clamp<int64_t>(
-        2 * cache_blocks<Packed<T>>().pack / std::max<int64_t>(1, ws_elems), 1, batch);
+        2 * cache_blocks<GemmPacked<T>>().pack / std::max<int64_t>(1, ws_elems), 1, batch);
     std::vector<std::unique_ptr<Workspace<T>>> ws;
     for (int64_t g = 0; g < group; ++g) ws.push_back(std::make_unique<Workspace<T>>(p));
     std::vector<Matrices<T>> xs(group);

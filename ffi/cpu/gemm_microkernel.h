@@ -67,6 +67,13 @@ template <> struct Blocking<double> {
 // Every tile is two vectors wide (kNR is twice a vector's lanes).
 inline constexpr int kTileVectors = 2;
 
+// The panels of packed element type P: kMR rows of A and kNR columns of B, the register
+// tile of its accumulator type (gemm_amx.h gives AMX's tile block its own).
+template <typename P>
+struct PanelShape {
+  static constexpr int kMR = Blocking<Acc<P>>::kMR, kNR = Blocking<Acc<P>>::kNR;
+};
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
@@ -142,12 +149,14 @@ inline int64_t even_block(int64_t n, int64_t limit, int64_t P) {
 }
 
 // The K dimension cut into `count` blocks of equal depth (the last may be shorter),
-// so that a K just above KC does not leave a sliver block.
+// so that a K just above KC does not leave a sliver block. With a `granule` (k and kc
+// multiples of it), every depth is a multiple of it too.
 struct KBlocks {
   int64_t k = 0, count = 0, size = 0;
-  KBlocks(int64_t k_, int64_t kc) : k(k_) {
+  KBlocks(int64_t k_, int64_t kc, int64_t granule = 1) : k(k_) {
     count = k > 0 ? ceil_div(k, kc) : 0;
-    size = count > 0 ? ceil_div(k, count) : 0;
+    size = count > 0 ? round_up(ceil_div(k, count), granule) : 0;
+    count = size > 0 ? ceil_div(k, size) : 0;
   }
   int64_t begin(int64_t b) const { return b * size; }
   int64_t depth(int64_t b) const { return std::min(size, k - b * size); }
@@ -436,8 +445,9 @@ void pack_panels(A* dst, int64_t width, const T* src, int64_t rs, int64_t cs, in
 #if defined(__AVX512BF16__)
 // d[j] = the pairs (row0[j], row1[j]) for j < P: two source rows (K steps) of a panel
 // interleaved, 16 columns at a time (the last vector masked where P is no multiple).
-template <int P>
-inline void interleave_rows(BfPair* d, const bfloat16* row0, const bfloat16* row1) {
+// Pair: BfPair, or another 32-bit pair type of the same layout (gemm_amx.h).
+template <int P, typename Pair>
+inline void interleave_rows(Pair* d, const bfloat16* row0, const bfloat16* row1) {
   for (int j = 0; j < P; j += 16) {
     const int n = std::min(16, P - j);
     const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
@@ -447,17 +457,18 @@ inline void interleave_rows(BfPair* d, const bfloat16* row0, const bfloat16* row
   }
 }
 
-// pack_panels for bfloat16 pairs: kb counts pairs (K / 2 rounded up), k is K itself;
-// the pair of the last K step of an odd K is padded with a zero.
-template <int P>
-void pack_panels(BfPair* dst, int64_t width, const bfloat16* src, int64_t rs, int64_t cs,
+// pack_panels for bfloat16 pairs: kb counts pairs (K / 2 rounded up, or more), k is K
+// itself; pairs past K (the last step of an odd K, a padded K) are zeros.
+template <int P, typename Pair>
+void pack_panels(Pair* dst, int64_t width, const bfloat16* src, int64_t rs, int64_t cs,
                  int64_t rows, int64_t i0, int64_t i1, const KBlocks& kb, int64_t k) {
+  static_assert(sizeof(Pair) == sizeof(uint32_t));
   const auto value = [&](int64_t i, int64_t kk) -> uint32_t {
     return i < rows && kk < k ? src[i * rs + kk * cs].bits : 0;
   };
   for (int64_t b = 0; b < kb.count; ++b) {
     const int64_t p0 = kb.begin(b), kc = kb.depth(b);
-    BfPair* block = dst + p0 * width;
+    Pair* block = dst + p0 * width;
     // Pairs wholly inside K; panels whose P rows all exist.
     const int64_t whole = std::clamp<int64_t>(k / 2 - p0, 0, kc);
     const int64_t full_end = std::clamp<int64_t>(i0 + (rows - i0) / P * P, i0, i1);
@@ -481,7 +492,7 @@ void pack_panels(BfPair* dst, int64_t width, const bfloat16* src, int64_t rs, in
       }
     }
     for (int64_t i = i0; i < i1; i += P) {
-      BfPair* d = block + i * kc;
+      Pair* d = block + i * kc;
       for (int64_t pp = i < full_end ? done : 0; pp < kc; ++pp) {
         const int64_t kk = 2 * (p0 + pp);
         for (int ii = 0; ii < P; ++ii)
@@ -814,6 +825,11 @@ struct Target {
   Acc<T> alpha, beta;
 };
 
+// What a thread sets up before running micro-kernels on packed elements P and undoes
+// after: nothing, but for AMX's tiles (gemm_amx.h).
+template <typename P>
+struct TileScope {};
+
 // Computes rows [r0, r1) x columns [c0, c1) of the product of packed A (a_width rows)
 // and packed B (b_width columns) over all of K, both packed as P (kb counts P steps).
 // r0 and c0 are multiples of MR and NR; t.out / t.c point at element (0, 0). For half
@@ -825,8 +841,9 @@ void compute_region(const P* ap, int64_t a_width, const P* bp, int64_t b_width,
                     const Target<T>& t, Acc<T>* scratch) {
   using A = Acc<T>;
   constexpr bool kDirect = std::is_same_v<T, A>;
-  constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
+  constexpr int MR = PanelShape<P>::kMR, NR = PanelShape<P>::kNR;
   const int64_t mc = cache_blocks<P>().mc;
+  [[maybe_unused]] const TileScope<P> tiles;
   const int64_t ls = c1 - c0;  // scratch row length
   for (int64_t ic = r0; ic < r1; ic += mc) {
     const int64_t ie = std::min(ic + mc, r1);

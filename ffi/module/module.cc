@@ -75,10 +75,11 @@ NB_MODULE(_oxijax, m) {
     info["cpu_flags"] = std::string(cpu.flags);
     info["cpu_isa_levels"] = oxijax::cpu::runnable_isa_levels();
     info["cpu_isa_built"] = oxijax::cpu::built_isa_levels();
+    info["cpu_isa_default"] = oxijax::cpu::default_isa_level();
     return info;
   }, "How this extension was built (CUDA support, architectures, FFI API version) and "
      "which CPU kernel level it runs: cpu_isa, chosen from cpu_isa_levels (those of "
-     "cpu_isa_built this CPU runs) at load time or by OXIJAX_CPU_ISA.");
+     "cpu_isa_built this CPU runs) at load time (cpu_isa_default) or by OXIJAX_CPU_ISA.");
 
 #ifdef OXIJAX_WITH_CUDA
   m.def("ptx_probe", &bindings::run_ptx_probe, "probe"_a, "words"_a,

@@ -10,7 +10,7 @@ def registrations() -> dict:
 
 def build_info() -> dict:
     """
-    How this extension was built (CUDA support, architectures, FFI API version) and which CPU kernel level it runs: cpu_isa, chosen from cpu_isa_levels (those of cpu_isa_built this CPU runs) at load time or by OXIJAX_CPU_ISA.
+    How this extension was built (CUDA support, architectures, FFI API version) and which CPU kernel level it runs: cpu_isa, chosen from cpu_isa_levels (those of cpu_isa_built this CPU runs) at load time (cpu_isa_default) or by OXIJAX_CPU_ISA.
     """
 
 def ptx_probe(probe: int, words: Sequence[int]) -> list[int]:
