@@ -5,15 +5,15 @@
 // im2col matrix straight from x, so no full im2col buffer ever exists. A slice may
 // span images, so that small images (7x7, 14x14) fill whole register tiles; such a
 // slice is computed into a staging buffer and copied to its images' outputs. Where the CPU has
-// AVX512_BF16, bfloat16 is packed as pairs of consecutive im2col rows for VDPBF16PS,
-// like gemm's operands (Packed<T>); else it is widened to float.
+// AVX512_BF16, bfloat16 is packed as pairs of consecutive im2col rows for VDPBF16PS or
+// AMX's tiles, like gemm's operands (GemmPacked<T>); else it is widened to float.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "conv2d_taps.h"
-#include "gemm_microkernel.h"
+#include "gemm_amx.h"
 #include "kernels.h"
 
 namespace oxijax::cpu {
@@ -130,9 +130,10 @@ void pack_im2col(A* dst, int64_t width, const T* x, const ConvShape& s, int64_t 
 
 #if defined(__AVX512BF16__)
 // pack_im2col as bfloat16 pairs (kb counts pairs): pair kk of column j holds rows 2 kk
-// and 2 kk + 1 of the im2col matrix (a zero past its last row), as VDPBF16PS takes them.
-template <int NR>
-void pack_im2col(BfPair* dst, int64_t width, const bfloat16* x, const ConvShape& s,
+// and 2 kk + 1 of the im2col matrix (zeros past its last row), as VDPBF16PS and AMX's
+// tiles of B take them (Pair: BfPair or AmxPair).
+template <int NR, typename Pair, typename = std::enable_if_t<kPairs<Pair>>>
+void pack_im2col(Pair* dst, int64_t width, const bfloat16* x, const ConvShape& s,
                  int64_t j0, int64_t cols, const KBlocks& kb, Run* runs, int* counts) {
   static_assert(NR == 32, "one 16-bit lane per column of a 512-bit vector");
   const int64_t taps = s.r * s.s, hw = s.h * s.w, rows = s.c * taps;
@@ -151,7 +152,7 @@ void pack_im2col(BfPair* dst, int64_t width, const bfloat16* x, const ConvShape&
     panel_runs<NR>(s, j0 + jp, std::min(cols, jp + NR) - jp, runs, counts);
     for (int64_t b = 0; b < kb.count; ++b) {
       const int64_t p0 = kb.begin(b), kc = kb.depth(b);
-      BfPair* d = dst + p0 * width + jp * kc;
+      Pair* d = dst + p0 * width + jp * kc;
       for (int64_t pp = 0; pp < kc; ++pp, d += NR) {
         const __m512i lo = row(2 * (p0 + pp)), hi = row(2 * (p0 + pp) + 1);
         _mm512_storeu_si512(d, interleave(_mm512_castsi512_si256(lo), _mm512_castsi512_si256(hi)));
@@ -168,8 +169,8 @@ void pack_im2col(BfPair* dst, int64_t width, const bfloat16* x, const ConvShape&
 template <typename T>
 void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* out) {
   using A = Acc<T>;
-  using P = Packed<T>;  // bfloat16 pairs where the CPU has VDPBF16PS (gemm_microkernel.h)
-  constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
+  using P = GemmPacked<T>;  // bfloat16 pairs for VDPBF16PS or AMX (gemm_amx.h)
+  constexpr int MR = PanelShape<P>::kMR, NR = PanelShape<P>::kNR;
   const int64_t cols = s.p * s.q, kd = s.c * s.r * s.s, m = s.k;
   const int64_t images = s.groups * s.n;
   if (images == 0 || m == 0 || cols == 0) return;
@@ -179,8 +180,8 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
     });
     return;
   }
-  const int64_t kp = ceil_div(kd, kStepsPer<P>);  // packed K steps
-  const KBlocks kb(kp, cache_blocks<P>().kc);
+  const int64_t kp = packed_depth<P>(kd);  // packed K steps
+  const KBlocks kb(kp, cache_blocks<P>().kc, kKGranule<P>);
   const int64_t mw = round_up(m, MR), hw = s.h * s.w;
 
   // Groups whose packed weights fit the budget are done together.
@@ -205,10 +206,7 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
       for (int64_t g = begin; g < end; ++g) {
         P* dst = wpack.data() + g * mw * kp;
         const T* src = w + (g0 + g) * m * kd;
-        if constexpr (std::is_same_v<P, BfPair>)
-          pack_panels<MR>(dst, mw, src, kd, 1, m, 0, mw, kb, kd);
-        else
-          pack_panels<MR>(dst, mw, src, kd, 1, m, 0, mw, kb);
+        pack_a_panels<MR>(dst, mw, src, kd, 1, m, 0, mw, kb, kd);
       }
     });
     par.for_range(gn * slices, int64_t(kMinTaskFlops / slice_flops) + 1,

@@ -24,10 +24,16 @@
 
 namespace oxijax::cpu::gemm_detail {
 
+// Two bfloat16 of consecutive K steps (the lower step in the low half), packed for the
+// AMX micro-kernel: A in tile order, B in pair panels (above). Defined on the amx level.
+struct AmxPair;
+
+// Whether P holds bfloat16 pairs (for VDPBF16PS or AMX).
+template <typename P>
+inline constexpr bool kPairs = std::is_same_v<P, BfPair> || std::is_same_v<P, AmxPair>;
+
 #if defined(__AMX_BF16__)
 
-// Two bfloat16 of consecutive K steps (the lower step in the low half), packed for the
-// AMX micro-kernel: A in tile order, B in pair panels (above).
 struct AmxPair {
   uint32_t bits;
 };
