@@ -64,6 +64,16 @@ def test_every_row_and_column_count_of_the_last_tile(dtype):
         check(9, n, 21, dtype, "T", "N", alpha=1.5, beta=0.5)
 
 
+def test_every_row_and_column_count_of_the_last_block_of_a_deep_product(dtype):
+    # The same for products big enough for AMX's tiles (the amx level's bfloat16 runs
+    # M * N * K from 40^3 on in 32 x 32 blocks, K padded to 32): m from 1 to 33 and n
+    # from 1 to 66 end on every count of a block's rows and columns.
+    for m in range(1, 34):
+        check(m, 37, 2001, dtype, "N", "T", alpha=1.5, beta=0.5)
+    for n in range(1, 67):
+        check(33, n, 2001, dtype, "T", "N", alpha=1.5, beta=0.5)
+
+
 @pytest.mark.parametrize("alpha,beta", [(2.0, 0.0), (1.0, 1.0), (-0.5, 2.5), (0.0, 1.0)])
 def test_alpha_beta(alpha, beta, dtype):
     check(19, 23, 29, dtype, "T", "N", alpha=alpha, beta=beta)

@@ -27,6 +27,8 @@ using namespace gemm_detail;
 // A task should have at least this much work; smaller loops stay on one thread.
 constexpr double kMinTaskFlops = double(1 << 21);
 constexpr int64_t kMinPackElements = int64_t{1} << 15;
+// The smallest M * N * K of one matrix that runs on AMX tiles (gemm_amx.h).
+constexpr double kMinTileProduct = 40.0 * 40.0 * 40.0;
 
 // One batch item.
 template <typename T>
@@ -37,10 +39,10 @@ struct Matrices {
   T* out;
 };
 
-template <typename T>
+// P: the packed element type (GemmPacked<T>, or Acc<T> for small AMX products).
+template <typename T, typename P>
 struct Plan {
   using A = Acc<T>;
-  using P = GemmPacked<T>;
   static constexpr int MR = PanelShape<P>::kMR, NR = PanelShape<P>::kNR;
 
   int64_t m, n, k;
@@ -82,21 +84,20 @@ struct Plan {
   }
 };
 
-template <typename T>
+template <typename T, typename P>
 struct Workspace {
   using A = Acc<T>;
-  using P = GemmPacked<T>;
   Scratch<P> a, b;
   Scratch<A> scratch;
-  explicit Workspace(const Plan<T>& p)
+  explicit Workspace(const Plan<T, P>& p)
       : a(p.rows_big * p.kp), b(p.cols_big * p.kp),
         scratch(std::is_same_v<T, A> ? 0 : cache_blocks<P>().mc * p.cols_big) {}
 };
 
 // One matrix on the calling thread.
-template <typename T>
-void gemm_serial(const Plan<T>& p, const Matrices<T>& x, Workspace<T>& ws) {
-  constexpr int MR = Plan<T>::MR, NR = Plan<T>::NR;
+template <typename T, typename P>
+void gemm_serial(const Plan<T, P>& p, const Matrices<T>& x, Workspace<T, P>& ws) {
+  constexpr int MR = Plan<T, P>::MR, NR = Plan<T, P>::NR;
   for (int64_t jb = 0; jb < p.n; jb += p.cols_big) {
     const int64_t nb = std::min(p.cols_big, p.n - jb), nw = round_up(nb, NR);
     p.pack_b(ws.b.data(), nw, x, jb, nb, 0, nw);
@@ -113,11 +114,11 @@ void gemm_serial(const Plan<T>& p, const Matrices<T>& x, Workspace<T>& ws) {
 // threads and written only in the pack phase. Per super-block, the threads first pack
 // every matrix's A and B in pieces of about equal size (one for_range), then compute
 // equal rectangles of every matrix's output block (a second for_range).
-template <typename T>
-void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>* xs,
-                   const std::unique_ptr<Workspace<T>>* ws, int64_t count) {
+template <typename T, typename P>
+void gemm_parallel(const Parallel& par, const Plan<T, P>& p, const Matrices<T>* xs,
+                   const std::unique_ptr<Workspace<T, P>>* ws, int64_t count) {
   using A = Acc<T>;
-  constexpr int MR = Plan<T>::MR, NR = Plan<T>::NR;
+  constexpr int MR = Plan<T, P>::MR, NR = Plan<T, P>::NR;
   // Pieces per matrix: four per thread in all, at least one of A and one of B.
   const int64_t pieces = std::max<int64_t>(2, ceil_div(4 * par.threads(), count));
   for (int64_t jb = 0; jb < p.n; jb += p.cols_big) {
@@ -158,7 +159,7 @@ void gemm_parallel(const Parallel& par, const Plan<T>& p, const Matrices<T>* xs,
       const double unit_flops = 2.0 * rc * MR * cc * NR * p.k;
       par.for_range(count * rp * cp, int64_t(kMinTaskFlops / unit_flops) + 1,
                     [&](int64_t begin, int64_t end) {
-        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<GemmPacked<T>>().mc * cc * NR);
+        Scratch<A> scratch(std::is_same_v<T, A> ? 0 : cache_blocks<P>().mc * cc * NR);
         for (int64_t t = begin; t < end; ++t) {
           const int64_t item = t / (rp * cp), u = t % (rp * cp);
           const int64_t r0 = (u / cp) * rc * MR, c0 = (u % cp) * cc * NR;
@@ -178,6 +179,46 @@ int64_t batch_offset(const GemmShape& s, const std::vector<int64_t>& strides, in
     item /= s.batch_dims[d];
   }
   return offset;
+}
+
+// gemm of K > 0 with operands packed as P, for every batch item.
+template <typename P, typename T>
+void gemm_packed_as(const Parallel& par, const GemmShape& shape, const T* a, const T* b,
+                    const T* c, T* out) {
+  const int64_t batch = shape.batch_count(), mn = shape.m * shape.n;
+  const int64_t out_stride = shape.out_stride();
+  const Plan<T, P> p(shape);
+  const auto item = [&](int64_t i) {
+    return Matrices<T>{a + batch_offset(shape, shape.a_batch_strides, i),
+                       b + batch_offset(shape, shape.b_batch_strides, i),
+                       c != nullptr ? c + i * out_stride : nullptr, out + i * out_stride};
+  };
+  const double flops = 2.0 * double(mn) * double(shape.k);
+  const int64_t threads = par.threads();
+  // Whole matrices per task unless that leaves threads idle with big matrices to do.
+  const bool split_matrices = threads > 1 && flops >= 4 * kMinTaskFlops &&
+                              batch < 4 * threads && batch % threads != 0;
+  if (split_matrices) {
+    // Matrices taken together while their workspaces fit in two packed operands' budget
+    // (with 8 matrices of 256^3 on 16 threads, one matrix at a time would leave each
+    // for_range a few microseconds of work per thread).
+    const int64_t ws_elems = p.rows_big * p.kp + p.cols_big * p.kp;
+    const int64_t group = std::clamp<int64_t>(
+        2 * cache_blocks<P>().pack / std::max<int64_t>(1, ws_elems), 1, batch);
+    std::vector<std::unique_ptr<Workspace<T, P>>> ws;
+    for (int64_t g = 0; g < group; ++g) ws.push_back(std::make_unique<Workspace<T, P>>(p));
+    std::vector<Matrices<T>> xs(group);
+    for (int64_t i0 = 0; i0 < batch; i0 += group) {
+      const int64_t count = std::min(group, batch - i0);
+      for (int64_t g = 0; g < count; ++g) xs[g] = item(i0 + g);
+      gemm_parallel(par, p, xs.data(), ws.data(), count);
+    }
+    return;
+  }
+  par.for_range(batch, int64_t(kMinTaskFlops / flops) + 1, [&](int64_t begin, int64_t end) {
+    Workspace<T, P> ws(p);
+    for (int64_t i = begin; i < end; ++i) gemm_serial(p, item(i), ws);
+  });
 }
 
 }  // namespace
@@ -201,38 +242,14 @@ void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, c
     });
     return;
   }
-  const Plan<T> p(shape);
-  const auto item = [&](int64_t i) {
-    return Matrices<T>{a + batch_offset(shape, shape.a_batch_strides, i),
-                       b + batch_offset(shape, shape.b_batch_strides, i),
-                       c != nullptr ? c + i * out_stride : nullptr, out + i * out_stride};
-  };
-  const double flops = 2.0 * double(mn) * double(shape.k);
-  const int64_t threads = par.threads();
-  // Whole matrices per task unless that leaves threads idle with big matrices to do.
-  const bool split_matrices = threads > 1 && flops >= 4 * kMinTaskFlops &&
-                              batch < 4 * threads && batch % threads != 0;
-  if (split_matrices) {
-    // Matrices taken together while their workspaces fit in two packed operands' budget
-    // (with 8 matrices of 256^3 on 16 threads, one matrix at a time would leave each
-    // for_range a few microseconds of work per thread).
-    const int64_t ws_elems = p.rows_big * p.kp + p.cols_big * p.kp;
-    const int64_t group = std::clamp<int64_t>(
-        2 * cache_blocks<GemmPacked<T>>().pack / std::max<int64_t>(1, ws_elems), 1, batch);
-    std::vector<std::unique_ptr<Workspace<T>>> ws;
-    for (int64_t g = 0; g < group; ++g) ws.push_back(std::make_unique<Workspace<T>>(p));
-    std::vector<Matrices<T>> xs(group);
-    for (int64_t i0 = 0; i0 < batch; i0 += group) {
-      const int64_t count = std::min(group, batch - i0);
-      for (int64_t g = 0; g < count; ++g) xs[g] = item(i0 + g);
-      gemm_parallel(par, p, xs.data(), ws.data(), count);
-    }
-    return;
+  // Tiles pay for their set-up (and for padding to 32 x 32 x 32) from about 40^3 on: a
+  // jitted bfloat16 4^3 to 16^3 took 6.0-6.5 us on AMX, 5.6 on float FMAs; 32^3 6.8-7.4
+  // against 6.7; 48^3 8.0-8.5 against 9.2 (the 2-core Xeon VM).
+  if constexpr (!std::is_same_v<GemmPacked<T>, Packed<T>>) {
+    if (double(shape.m) * double(shape.n) * double(shape.k) < kMinTileProduct)
+      return gemm_packed_as<Acc<T>>(par, shape, a, b, c, out);
   }
-  par.for_range(batch, int64_t(kMinTaskFlops / flops) + 1, [&](int64_t begin, int64_t end) {
-    Workspace<T> ws(p);
-    for (int64_t i = begin; i < end; ++i) gemm_serial(p, item(i), ws);
-  });
+  gemm_packed_as<GemmPacked<T>>(par, shape, a, b, c, out);
 }
 
 #define OXIJAX_INSTANTIATE(T)                                                          \
