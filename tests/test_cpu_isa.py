@@ -180,8 +180,8 @@ SHARES_OBJECTS_OF = {
     # it) on VDPBF16PS.
     "avx512bf16": ("avx512", {"gemm.cc", "conv2d.cc", "conv2d_filter_grad.cc"},
                    "__AVX512BF16__"),
-    # bfloat16 gemm and conv2d (forward, stride-1 data gradient) on AMX tiles.
-    "amx": ("avx512", {"gemm.cc", "conv2d.cc"}, "__AMX_BF16__"),
+    # bfloat16 gemm and conv2d on AMX tiles.
+    "amx": ("avx512", {"gemm.cc", "conv2d.cc", "conv2d_filter_grad.cc"}, "__AMX_BF16__"),
 }
 # The op tests that run each of those sources.
 TESTS_OF_SOURCE = {"gemm.cc": ["test_gemm.py", "test_grad.py"],

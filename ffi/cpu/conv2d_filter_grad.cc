@@ -9,8 +9,8 @@
 // panel. No im2col matrix is written, and each B panel is multiplied while it is still
 // in cache.
 // Where the CPU has AVX512_BF16, bfloat16 is packed as pairs of consecutive steps
-// (Packed<T>); an image of odd P * Q then ends with a zero step, so that no pair spans
-// two images.
+// (GemmPacked<T>: for VDPBF16PS, or AMX's tiles, dy then re-laid in tile order); an
+// image of odd P * Q then ends with a zero step, so that no pair spans two images.
 //
 // Threads split the steps: each task sums its range into a private K x CRS partial, and
 // the partials are added up at the end. When there are few steps and many columns,
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "conv2d_taps.h"
-#include "gemm_microkernel.h"
+#include "gemm_amx.h"
 #include "kernels.h"
 
 namespace oxijax::cpu {
@@ -104,7 +104,8 @@ inline void gather_column(A* col, const T* plane, const Run* run, int count, int
 #if defined(__AVX512BF16__)
 // gather_column for bfloat16 pairs: the 2 * kLanes steps' values as 16-bit lanes, which
 // are the kLanes pairs (step 2 l in the low half of pair l).
-inline void gather_column(BfPair* col, const bfloat16* plane, const Run* run, int count,
+template <typename Pair, typename = std::enable_if_t<kPairs<Pair>>>
+inline void gather_column(Pair* col, const bfloat16* plane, const Run* run, int count,
                           int64_t stride_w, const bfloat16*, const bfloat16*) {
   _mm512_storeu_si512(col, conv_detail::gather_bf16_lanes(plane, run, count, stride_w));
 }
@@ -135,8 +136,10 @@ inline void transpose_tile(P* d, const P* tile) {
 template <typename T>
 struct FilterGrad {
   using A = Acc<T>;
-  using P = Packed<T>;
-  static constexpr int MR = Blocking<A>::kMR, NR = Blocking<A>::kNR;
+  using P = GemmPacked<T>;
+  static constexpr int MR = PanelShape<P>::kMR, NR = PanelShape<P>::kNR;
+  // dy's packed element as pack_dy_rows writes it: for AMX, pair panels re-laid after.
+  using Rows = std::conditional_t<kKGranule<P> == 1, P, BfPair>;
   static constexpr int64_t kSteps = kStepsPer<P>, kGroup = kLanes * kSteps;
 
   const ConvShape& s;
@@ -181,10 +184,10 @@ struct FilterGrad {
 
   // Packs packed steps [k0, k0 + kc) of dy as MR-row panels (rows past K and steps past
   // `end` are zeros): a[i * kc + kk * MR + ii] = dy[k = i + ii, step k0 + kk].
-  void pack_dy(P* a, int64_t k0, int64_t kc, int64_t end) const {
+  void pack_dy(Rows* a, int64_t k0, int64_t kc, int64_t end) const {
     const int64_t stop = std::min(end, k0 + kc);
     for (int64_t i = 0; i < mw; i += MR) {
-      P* panel = a + i * kc;
+      Rows* panel = a + i * kc;
       const int64_t valid = std::clamp<int64_t>(s.k - i, 0, MR);
       for (int64_t u = k0; u < stop;) {  // image by image
         const int64_t n = u * kSteps / spi, pix = u * kSteps % spi;
@@ -192,7 +195,7 @@ struct FilterGrad {
         pack_dy_rows(panel + (u - k0) * MR, dy + (n * s.k + i) * pq + pix, valid, len, pix);
         u += len;
       }
-      std::fill(panel + (stop - k0) * MR, panel + kc * MR, P{});
+      std::fill(panel + (stop - k0) * MR, panel + kc * MR, Rows{});
     }
   }
 
@@ -254,19 +257,28 @@ struct FilterGrad {
     const int64_t blocks = ceil_div(s1 - s0, cache_blocks<P>().kc);
     const int64_t depth = round_up(ceil_div(s1 - s0, blocks), kLanes);
     Scratch<P> a(mw * depth), b(depth * NR);
+    Scratch<Rows> rows(std::is_same_v<Rows, P> ? 0 : mw * depth);
     std::vector<Run> runs;
     std::vector<int32_t> first;
+    [[maybe_unused]] const TileScope<P> tiles;
     for (int64_t k0 = s0; k0 < s1; k0 += depth) {
       const int64_t live = std::min(depth, s1 - k0), kc = round_up(live, kLanes);
       const bool first_block = k0 == s0;
-      pack_dy(a.data(), k0, kc, s1);
+      if constexpr (std::is_same_v<Rows, P>) {
+        pack_dy(a.data(), k0, kc, s1);
+      } else {
+        pack_dy(rows.data(), k0, kc, s1);
+        pairs_to_tile_order<MR>(a.data(), rows.data(), mw, kc);
+      }
       find_runs(k0, kc, s1, runs, first);
       for (int64_t jp = c0; jp < c1; jp += NR) {
         pack_x(b.data(), jp, kc, runs, first);
         const int nr = int(std::min<int64_t>(NR, c1 - jp));
-        for (int64_t ir = 0; ir < s.k; ir += MR) {  // the live steps (padding is zeros)
+        // The live steps (padding is zeros), or whole tiles.
+        const int64_t steps = kKGranule<P> == 1 ? live : kc;
+        for (int64_t ir = 0; ir < s.k; ir += MR) {
           A* dst = sum + ir * ld + (jp - c0);
-          micro_kernel<P>(live, a.data() + ir * kc, b.data(), dst, ld, first_block ? nullptr : dst,
+          micro_kernel<P>(steps, a.data() + ir * kc, b.data(), dst, ld, first_block ? nullptr : dst,
                           ld, A(1), first_block ? A(0) : A(1),
                           int(std::min<int64_t>(MR, s.k - ir)), nr);
         }
@@ -281,7 +293,7 @@ template <typename T>
 void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x, const T* dy,
                             T* dw) {
   using A = Acc<T>;
-  constexpr int NR = Blocking<A>::kNR;
+  constexpr int NR = PanelShape<GemmPacked<T>>::kNR;
   const int64_t pq = s.p * s.q, crs = s.c * s.r * s.s, size = s.k * crs;
   if (s.groups * size == 0) return;
   if (s.n * pq == 0) {

@@ -32,6 +32,10 @@ struct AmxPair;
 template <typename P>
 inline constexpr bool kPairs = std::is_same_v<P, BfPair> || std::is_same_v<P, AmxPair>;
 
+// Re-lays pair panels in AMX's tile order (defined on the amx level only).
+template <int P>
+void pairs_to_tile_order(AmxPair* dst, const BfPair* src, int64_t width, int64_t kc);
+
 #if defined(__AMX_BF16__)
 
 struct AmxPair {
@@ -172,6 +176,19 @@ inline void micro_kernel<AmxPair, float>(int64_t kc, const AmxPair* __restrict a
         r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], src + i * lds + v * 16), r);
       _mm512_mask_storeu_ps(dst + i * ldd + v * 16, mask[v], r);
     }
+}
+
+// dst = the P-row panels of src (`width` rows, kc pairs deep, a multiple of 16, in the
+// pair panel layout: pair kk of row ii at panel + kk * P + ii) in tile order (panel +
+// (kk / 16) * P * 16 + ii * 16 + kk % 16): 16 x 16 blocks of pairs transposed.
+template <int P>
+void pairs_to_tile_order(AmxPair* dst, const BfPair* src, int64_t width, int64_t kc) {
+  static_assert(P % kTileRows == 0);
+  for (int64_t i = 0; i < width; i += P)
+    for (int64_t p = 0; p < kc; p += kTilePairs)
+      for (int r = 0; r < P; r += kTileRows)
+        transpose_16(reinterpret_cast<float*>(dst + i * kc + p * P + r * kTilePairs),
+                     kTilePairs, src + i * kc + p * P + r, P * 4, kTilePairs);
 }
 
 // Packs A's panels of P rows [i0, i1) (i0 a multiple of P) of
