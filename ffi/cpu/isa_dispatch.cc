@@ -100,9 +100,10 @@ bool cpu_runs(const std::string& level) {
 }
 
 // Whether the best level is chosen over `level` without being asked: avx512bf16 is not
-// on Intel CPUs, whose VDPBF16PS runs at half the rate of its FMAs (one port, not two):
-// on a Xeon with AMX, bfloat16 gemm and conv2d took 1.35-1.6x the time of avx512's
-// bfloat16 widened to float. (There the amx level is chosen when Linux grants AMX.)
+// on Intel CPUs, whose VDPBF16PS is slower than widening to float FMAs (it seems to
+// issue on one port, where the FMAs have two): on a Xeon with AMX, bfloat16 gemm and
+// conv2d took 1.35-1.6x the time of avx512's bfloat16 widened to float. (There the amx
+// level is chosen when Linux grants AMX.)
 bool chosen_by_default(const std::string& level) {
   return !(level == "avx512bf16" && this_cpu().intel);
 }
