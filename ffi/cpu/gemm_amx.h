@@ -161,21 +161,12 @@ inline void micro_kernel<AmxPair, float>(int64_t kc, const AmxPair* __restrict a
   const bool whole = mr == kAmxBlock && nr == kAmxBlock && alpha == 1.0f;
   if (whole && beta == 0.0f) return amx_block(kc, a, b, nullptr, dst, ldd);
   if (whole && beta == 1.0f && src == dst && lds == ldd) return amx_block(kc, a, b, dst, dst, ldd);
-  alignas(64) float acc[kAmxBlock * kAmxBlock];
-  amx_block(kc, a, b, nullptr, acc, kAmxBlock);
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  __mmask16 mask[2];
-  for (int v = 0; v < 2; ++v) {
-    const int left = std::clamp(nr - v * 16, 0, 16);
-    mask[v] = static_cast<__mmask16>(left == 16 ? 0xffff : (1u << left) - 1);
-  }
-  for (int i = 0; i < mr; ++i)
-    for (int v = 0; v < 2; ++v) {
-      __m512 r = _mm512_mul_ps(va, _mm512_load_ps(acc + i * kAmxBlock + v * 16));
-      if (beta != 0.0f)
-        r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], src + i * lds + v * 16), r);
-      _mm512_mask_storeu_ps(dst + i * ldd + v * 16, mask[v], r);
-    }
+  alignas(64) float product[kAmxBlock * kAmxBlock];
+  amx_block(kc, a, b, nullptr, product, kAmxBlock);
+  __m512 acc[kAmxBlock][2];
+  for (int i = 0; i < kAmxBlock; ++i)
+    for (int v = 0; v < 2; ++v) acc[i][v] = _mm512_load_ps(product + i * kAmxBlock + v * 16);
+  store_edge_tile(acc, dst, ldd, src, lds, alpha, beta, mr, nr);
 }
 
 // dst = the P-row panels of src (`width` rows, kc pairs deep, a multiple of 16, in the
@@ -199,9 +190,19 @@ template <int P>
 void pack_tile_rows(AmxPair* dst, int64_t width, const bfloat16* src, int64_t rs, int64_t cs,
                     int64_t rows, int64_t i0, int64_t i1, const KBlocks& kb, int64_t k) {
   static_assert(P % kTileRows == 0);
-  const auto value = [&](int64_t i, int64_t kk) -> uint32_t {
-    return i < rows && kk < k ? src[i * rs + kk * cs].bits : 0;
-  };
+  if (cs != 1) {
+    // The pair panels of gemm_microkernel.h, a panel at a time, re-laid in tile order.
+    Scratch<BfPair> pairs(P * kb.k);
+    for (int64_t i = i0; i < i1; i += P) {
+      pack_panels<P>(pairs.data(), P, src + i * rs, rs, cs, std::max<int64_t>(rows - i, 0), 0,
+                     P, kb, k);
+      for (int64_t blk = 0; blk < kb.count; ++blk)
+        pairs_to_tile_order<P>(dst + kb.begin(blk) * width + i * kb.depth(blk),
+                               pairs.data() + kb.begin(blk) * P, P, kb.depth(blk));
+    }
+    return;
+  }
+  // K contiguous: a row's 32 steps are one (masked) 64-byte load.
   for (int64_t blk = 0; blk < kb.count; ++blk) {
     const int64_t p0 = kb.begin(blk), kc = kb.depth(blk);
     for (int64_t i = i0; i < i1; i += P) {
@@ -209,34 +210,12 @@ void pack_tile_rows(AmxPair* dst, int64_t width, const bfloat16* src, int64_t rs
       for (int64_t p = 0; p < kc; p += kTilePairs) {
         const int64_t k0 = 2 * (p0 + p);  // the chunk's first K step
         const int64_t steps = std::clamp<int64_t>(k - k0, 0, 2 * kTilePairs);
-        for (int r = 0; r < P; r += kTileRows) {
-          AmxPair* d = panel + p * P + r * kTilePairs;  // a tile: 16 rows x 16 pairs
-          const int64_t valid = std::clamp<int64_t>(rows - (i + r), 0, kTileRows);
-          if (cs == 1) {
-            // K contiguous: a row's 32 steps are one (masked) 64-byte load.
-            const __mmask32 in_k = steps == 32 ? ~__mmask32{0} : (__mmask32{1} << steps) - 1;
-            for (int rr = 0; rr < kTileRows; ++rr) {
-              const __m512i row =
-                  rr < valid ? _mm512_maskz_loadu_epi16(in_k, src + (i + r + rr) * rs + k0)
-                             : _mm512_setzero_si512();
-              _mm512_storeu_si512(d + rr * kTilePairs, row);
-            }
-          } else if (rs == 1 && valid == kTileRows && steps == 2 * kTilePairs) {
-            // Rows contiguous: each pair of K steps interleaved across the 16 rows,
-            // then the 16 x 16 pairs transposed into the tile.
-            alignas(64) AmxPair pairs[kTilePairs][kTileRows];
-            for (int q = 0; q < kTilePairs; ++q) {
-              const bfloat16* step = src + (k0 + 2 * q) * cs + i + r;
-              interleave_rows<kTileRows>(pairs[q], step, step + cs);
-            }
-            transpose_16(reinterpret_cast<float*>(d), kTilePairs, pairs, kTileRows * 4,
-                         kTilePairs);
-          } else {
-            for (int rr = 0; rr < kTileRows; ++rr)
-              for (int q = 0; q < kTilePairs; ++q)
-                d[rr * kTilePairs + q].bits = value(i + r + rr, k0 + 2 * q) |
-                                              value(i + r + rr, k0 + 2 * q + 1) << 16;
-          }
+        const __mmask32 in_k = steps == 32 ? ~__mmask32{0} : (__mmask32{1} << steps) - 1;
+        for (int r = 0; r < P; ++r) {
+          const __m512i row = i + r < rows
+                                  ? _mm512_maskz_loadu_epi16(in_k, src + (i + r) * rs + k0)
+                                  : _mm512_setzero_si512();
+          _mm512_storeu_si512(panel + p * P + r * kTilePairs, row);
         }
       }
     }
