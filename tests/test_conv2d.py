@@ -35,6 +35,12 @@ CASES = [
     ((2, 5, 13, 63), (6, 3, 3), (2, 2), (1, 1)),  # stride 2, output rows longer than a panel
     ((37, 2, 3, 3), (3, 2, 2), (1, 1), (0, 0)),  # 4-pixel images: a panel spans 8 of them
     ((5, 24, 7, 7), (70, 3, 3), (1, 1), (1, 1)),  # 7x7: task slices span images
+    # Edge cases above again with K * C*R*S * N*P*Q of at least 40^3, where bfloat16
+    # runs on AMX's tiles rather than float FMAs (gemm_amx.h: kMinTileProduct).
+    ((1, 3, 15, 33), (64, 3, 3), (2, 2), (0, 0)),
+    ((37, 2, 3, 3), (96, 2, 2), (1, 1), (0, 0)),
+    ((3, 5, 11, 13), (40, 1, 1), (1, 1), (0, 0)),
+    ((2, 4, 10, 10), (80, 3, 2), (3, 2), (0, 1)),
 ]
 
 

@@ -189,6 +189,12 @@ FILTER_GRAD_CASES = [  # (N, C, H, W), (K, R, S), stride, padding
     ((2, 3, 9, 41), (4, 3, 3), (2, 2), (1, 1)),  # stride 2, runs of whole vectors
     ((2, 40, 9, 9), (33, 1, 1), (1, 1), (0, 0)),  # K and C*R*S past whole register tiles
     ((2, 3, 11, 13), (4, 3, 5), (1, 3), (3, 0)),  # padding rows, stride 3: lane by lane
+    # The small cases again with K * C*R*S * N*P*Q of at least 40^3, where bfloat16 runs
+    # on AMX's tiles rather than float FMAs (gemm_amx.h: kMinTileProduct).
+    ((4, 3, 6, 5), (48, 2, 3), (1, 1), (0, 1)),
+    ((3, 4, 17, 21), (40, 3, 3), (2, 2), (1, 1)),
+    ((2, 3, 9, 41), (40, 3, 3), (2, 2), (1, 1)),
+    ((2, 3, 11, 13), (40, 3, 5), (1, 3), (3, 0)),
 ]
 
 

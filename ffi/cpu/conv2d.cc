@@ -6,7 +6,8 @@
 // span images, so that small images (7x7, 14x14) fill whole register tiles; such a
 // slice is computed into a staging buffer and copied to its images' outputs. Where the CPU has
 // AVX512_BF16, bfloat16 is packed as pairs of consecutive im2col rows for VDPBF16PS or
-// AMX's tiles, like gemm's operands (GemmPacked<T>); else it is widened to float.
+// AMX's tiles, like gemm's operands (GemmPacked<T>; a product too small for the tiles,
+// gemm_amx.h's kMinTileProduct, on float FMAs); else it is widened to float.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -164,12 +165,12 @@ void pack_im2col(Pair* dst, int64_t width, const bfloat16* x, const ConvShape& s
 }
 #endif
 
-}  // namespace
-
-template <typename T>
-void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* out) {
+// conv2d with operands packed as P (GemmPacked<T>, or Acc<T> for products too small
+// for AMX's tiles).
+template <typename P, typename T>
+void conv2d_packed_as(const Parallel& par, const ConvShape& s, const T* x, const T* w,
+                      T* out) {
   using A = Acc<T>;
-  using P = GemmPacked<T>;  // bfloat16 pairs for VDPBF16PS or AMX (gemm_amx.h)
   constexpr int MR = PanelShape<P>::kMR, NR = PanelShape<P>::kNR;
   const int64_t cols = s.p * s.q, kd = s.c * s.r * s.s, m = s.k;
   const int64_t images = s.groups * s.n;
@@ -239,6 +240,17 @@ void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* 
       }
     });
   }
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* out) {
+  if constexpr (kOnTiles<T>) {  // tiles pay for their set-up from kMinTileProduct on
+    const double product = double(s.k) * double(s.c * s.r * s.s) * double(s.n * s.p * s.q);
+    if (product < kMinTileProduct) return conv2d_packed_as<Acc<T>>(par, s, x, w, out);
+  }
+  conv2d_packed_as<GemmPacked<T>>(par, s, x, w, out);
 }
 
 #define OXIJAX_INSTANTIATE(T) \

@@ -133,10 +133,11 @@ inline void transpose_tile(P* d, const P* tile) {
 
 // One task's view of the problem (one group). Steps count output pixels, each image's
 // rounded up to a whole packed element (spi); the K dimension counts packed elements.
-template <typename T>
+// P: the packed element type (GemmPacked<T>, or Acc<T> for products too small for
+// AMX's tiles).
+template <typename T, typename P>
 struct FilterGrad {
   using A = Acc<T>;
-  using P = GemmPacked<T>;
   static constexpr int MR = PanelShape<P>::kMR, NR = PanelShape<P>::kNR;
   // dy's packed element as pack_dy_rows writes it: for AMX, pair panels re-laid after.
   using Rows = std::conditional_t<kKGranule<P> == 1, P, BfPair>;
@@ -287,13 +288,11 @@ struct FilterGrad {
   }
 };
 
-}  // namespace
-
-template <typename T>
-void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x, const T* dy,
-                            T* dw) {
+template <typename P, typename T>
+void backward_filter_packed_as(const Parallel& par, const ConvShape& s, const T* x,
+                               const T* dy, T* dw) {
   using A = Acc<T>;
-  constexpr int NR = PanelShape<GemmPacked<T>>::kNR;
+  constexpr int NR = PanelShape<P>::kNR;
   const int64_t pq = s.p * s.q, crs = s.c * s.r * s.s, size = s.k * crs;
   if (s.groups * size == 0) return;
   if (s.n * pq == 0) {
@@ -305,7 +304,7 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
   // Tasks: ranges of steps (each with its own partial sum) times ranges of column panels.
   const int64_t panels = ceil_div(crs, NR);
   const double flops = 2.0 * double(s.k) * double(crs) * double(s.n * pq);
-  const int64_t steps = FilterGrad<T>(s, x, dy).length();  // packed K steps
+  const int64_t steps = FilterGrad<T, P>(s, x, dy).length();  // packed K steps
   const int64_t want = std::clamp<int64_t>(int64_t(flops / kMinTaskFlops), 1, 2 * par.threads());
   const int64_t partials_fit = kPartialBytes / (size * int64_t(sizeof(A)));
   const int64_t step_chunk =
@@ -318,7 +317,7 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
   // into a small float slice of its own, rounded into dw.
   if (step_tasks == 1) {
     for (int64_t g = 0; g < s.groups; ++g) {
-      const FilterGrad<T> problem(s, x + g * s.n * s.c * s.h * s.w, dy + g * s.n * s.k * pq);
+      const FilterGrad<T, P> problem(s, x + g * s.n * s.c * s.h * s.w, dy + g * s.n * s.k * pq);
       T* out = dw + g * size;
       par.for_range(col_tasks, 1, [&](int64_t begin, int64_t end) {
         for (int64_t ct = begin; ct < end; ++ct) {
@@ -339,7 +338,7 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
   }
   Scratch<A> partials(step_tasks * size);
   for (int64_t g = 0; g < s.groups; ++g) {
-    const FilterGrad<T> problem(s, x + g * s.n * s.c * s.h * s.w, dy + g * s.n * s.k * pq);
+    const FilterGrad<T, P> problem(s, x + g * s.n * s.c * s.h * s.w, dy + g * s.n * s.k * pq);
     par.for_range(step_tasks * col_tasks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t u = begin; u < end; ++u) {
         const int64_t st = u / col_tasks, c0 = u % col_tasks * chunk_cols;
@@ -356,6 +355,18 @@ void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x,
       }
     });
   }
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x, const T* dy,
+                            T* dw) {
+  if constexpr (kOnTiles<T>) {  // tiles pay for their set-up from kMinTileProduct on
+    const double product = double(s.k) * double(s.c * s.r * s.s) * double(s.n * s.p * s.q);
+    if (product < kMinTileProduct) return backward_filter_packed_as<Acc<T>>(par, s, x, dy, dw);
+  }
+  backward_filter_packed_as<GemmPacked<T>>(par, s, x, dy, dw);
 }
 
 #define OXIJAX_INSTANTIATE(T)                                                          \

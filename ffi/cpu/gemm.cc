@@ -27,8 +27,6 @@ using namespace gemm_detail;
 // A task should have at least this much work; smaller loops stay on one thread.
 constexpr double kMinTaskFlops = double(1 << 21);
 constexpr int64_t kMinPackElements = int64_t{1} << 15;
-// The smallest M * N * K of one matrix that runs on AMX tiles (gemm_amx.h).
-constexpr double kMinTileProduct = 40.0 * 40.0 * 40.0;
 
 // One batch item.
 template <typename T>
@@ -242,10 +240,7 @@ void gemm(const Parallel& par, const GemmShape& shape, const T* a, const T* b, c
     });
     return;
   }
-  // Tiles pay for their set-up (and for padding to 32 x 32 x 32) from about 40^3 on: a
-  // jitted bfloat16 4^3 to 16^3 took 6.0-6.5 us on AMX, 5.6 on float FMAs; 32^3 6.8-7.4
-  // against 6.7; 48^3 8.0-8.5 against 9.2 (the 2-core Xeon VM).
-  if constexpr (!std::is_same_v<GemmPacked<T>, Packed<T>>) {
+  if constexpr (kOnTiles<T>) {  // tiles pay for their set-up from kMinTileProduct on
     if (double(shape.m) * double(shape.n) * double(shape.k) < kMinTileProduct)
       return gemm_packed_as<Acc<T>>(par, shape, a, b, c, out);
   }

@@ -231,6 +231,19 @@ template <typename T>
 using GemmPacked = Packed<T>;
 #endif
 
+// Whether T's products run on AMX tiles on this level (bfloat16 on `amx`).
+template <typename T>
+inline constexpr bool kOnTiles = !std::is_same_v<GemmPacked<T>, Packed<T>>;
+
+// The smallest M * N * K that runs on tiles: below it their set-up (and the padding to
+// 32 x 32 x 32) costs more than float FMAs (Acc<T>) take. On the 2-core Xeon VM with
+// AMX, jitted bfloat16 gemm 4^3 to 16^3 took 6.0-6.5 us on tiles, 5.3-5.6 on FMAs; 32^3
+// 6.8-7.4 against 6.7; 48^3 8.0-8.5 against 9.2. 3x3 conv2d, jitted, on tiles against
+// FMAs: 1x4x8x8 * 4x4x3x3 (M * N * K = 9216) forward 7.5-9.3 us against 7.2-7.4, its
+// filter gradient 8.5-8.6 against 7.5; 1x8x8x8 * 16x8x3x3 (73728) forward 9.8-10.0
+// against 9.9; 1x16x8x8 * 16x16x3x3 (147456) 10.5-11.1 against 11.8-12.5.
+inline constexpr double kMinTileProduct = 40.0 * 40.0 * 40.0;
+
 // K in packed elements P: for AMX padded to whole tiles, so every K block's depth is a
 // multiple of kKGranule<P>.
 template <typename P>
