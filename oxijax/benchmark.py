@@ -124,8 +124,9 @@ def copy_gbps(elements: int, dtype: Any, repeats: int) -> float:
 
 def host_cpu() -> dict[str, Any]:
     """The CPU the CPU rows ran on: its model, the oxijax kernel level in use (the ISA,
-    which decides the figures) and the threads the process may run on (the size of
-    XLA's intra-op pool, on which oxijax's CPU kernels run too)."""
+    which decides the figures), every level this CPU runs (what its ISA offers) and the
+    threads the process may run on (the size of XLA's intra-op pool, on which oxijax's
+    CPU kernels run too)."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -134,7 +135,12 @@ def host_cpu() -> dict[str, Any]:
     except OSError:
         pass
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"model": model, "kernels": BUILD_INFO["cpu_isa"], "threads": threads}
+    return {"model": model, "kernels": BUILD_INFO["cpu_isa"], "threads": threads,
+            "levels": list(BUILD_INFO["cpu_isa_levels"])}
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime())
 
 
 @dataclasses.dataclass
@@ -148,11 +154,13 @@ class Report:
     copy_gbps: dict[str, float] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. rows skipped, and why
     cpu: dict[str, Any] = dataclasses.field(default_factory=host_cpu)
+    started: str = dataclasses.field(default_factory=_utc_now)  # UTC
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "device_kind": self.device_kind,
                 "platform": self.platform, "cpu": self.cpu, "jax": jax.__version__,
-                "date": time.strftime("%Y-%m-%d"), "sizes": self.sizes,
+                "date": time.strftime("%Y-%m-%d"), "started": self.started,
+                "finished": _utc_now(), "sizes": self.sizes,
                 "repeats": self.repeats, "copy_gbps": self.copy_gbps, "notes": self.notes,
                 "results": self.rows}
 

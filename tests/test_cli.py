@@ -95,3 +95,37 @@ def test_cpu_scaling_script_tables_rows_by_thread_count(tmp_path):
     assert run["oxijax_ms"] > 0 and run["xla_ms"] > 0 and run["ratio"] > 0
     line = next(line for line in result.stdout.splitlines() if line.startswith("eager sum"))
     assert f"= {run['ratio']:.2f}" in line
+
+
+def test_cpu_table_script_gives_the_median_of_its_runs(tmp_path):
+    # scripts/cpu_table.py: the README's table, the median of runs in fresh processes.
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "cpu_table.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--runs", "3", "--json-dir", str(tmp_path),
+         "--op", "eager sum", "--size", "quick", "--dtype", "float32", "--repeats", "2"],
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    reports = [json.loads((tmp_path / f"bench_{i}.json").read_text()) for i in (1, 2, 3)]
+    runs = [r["results"][0] for r in reports]
+    header, _, names, _, row = result.stdout.splitlines()[:5]
+    cpu = reports[0]["cpu"]
+    assert cpu["model"] in header and f"`{cpu['kernels']}`" in header
+    assert ", ".join(oxijax.BUILD_INFO["cpu_isa_levels"]) in header
+    assert reports[0]["started"][:10] in header and "median of 3 runs" in header
+    assert names.startswith("| op | shape | dtype | oxijax ms | XLA ms |")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    mine = sorted(r["oxijax_ms"] for r in runs)[1]
+    xla = sorted(r["xla_ms"] for r in runs)[1]
+    assert cells[:5] == ["eager sum", runs[0]["shape"], "float32", f"{mine:.3f}", f"{xla:.3f}"]
+    assert cells[6] == f"{xla / mine:.2f}"
+    assert cells[7] == ", ".join(f"{r['xla_ms'] / r['oxijax_ms']:.2f}" for r in runs)
+
+    # The same table from the saved reports.
+    again = subprocess.run(
+        [sys.executable, str(script), "--from", *(str(tmp_path / f"bench_{i}.json")
+                                                   for i in (1, 2, 3))],
+        capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == result.stdout
