@@ -50,11 +50,20 @@ def _rate(row: dict[str, Any], ms: float) -> str:
     return ""
 
 
+def setup(report: dict[str, Any]) -> tuple:
+    """What must be the same for runs to share a table."""
+    cpu = report["cpu"]
+    return (cpu["model"], cpu["kernels"], cpu["threads"], report["jax"], report["sizes"],
+            report["repeats"])
+
+
 def header(reports: Sequence[dict[str, Any]]) -> str:
     """The line above the table: when, on which CPU, with which kernels and jax."""
     first, cpu = reports[0], reports[0]["cpu"]
-    start = min(r.get("started", r["date"]) for r in reports)
-    end = max(r.get("finished", r["date"]) for r in reports)
+    # Reports from before the start and end times were recorded give their date only.
+    timed = all("started" in r for r in reports)
+    start = min(r["started"] if timed else r["date"] for r in reports)
+    end = max(r["finished"] if timed else r["date"] for r in reports)
     if start != end:  # "2026-12-05 16:52–16:56", or with the end's date where it differs
         start += "–" + (end[11:] if end[:10] == start[:10] else end)
     runs = len(reports)
@@ -118,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                 reports = bench_reports(args.runs, bench_args or DEFAULT_BENCH_ARGS, tmp)
     if not any(r["results"] for r in reports):
         raise SystemExit("no rows in these reports")
+    setups = sorted({setup(r) for r in reports})
+    if len(setups) > 1:
+        raise SystemExit("these reports differ in CPU, kernel level, threads, jax, --size or "
+                         "--repeats, so they make no one table: " + "; ".join(map(str, setups)))
     print(header(reports))
     print()
     print(tables(reports), end="")

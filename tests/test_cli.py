@@ -129,3 +129,11 @@ def test_cpu_table_script_gives_the_median_of_its_runs(tmp_path):
         capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert again.stdout == result.stdout
+
+    # Runs of another kernel level make no one table with these.
+    other = dict(reports[0], cpu=dict(reports[0]["cpu"], kernels="another level"))
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    mixed = subprocess.run(
+        [sys.executable, str(script), "--from", str(tmp_path / "bench_1.json"),
+         str(tmp_path / "other.json")], capture_output=True, text=True)
+    assert mixed.returncode != 0 and "make no one table" in mixed.stderr
