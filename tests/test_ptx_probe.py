@@ -155,8 +155,10 @@ def model_convert(words):
             tf32 = (bits + 0x1000) & 0xFFFFE000
         pack = []
         for dtype in (ml_dtypes.bfloat16, np.float16):
-            lo, hi = (0x7FFF if np.isnan(v) else int(np.asarray(v, np.float32).astype(dtype).view(np.uint16))
-                      for v in (x[i], x[i + 1]))
+            with np.errstate(over="ignore"):  # past float16's range is inf, as in the PTX
+                lo, hi = (0x7FFF if np.isnan(v)
+                          else int(np.asarray(v, np.float32).astype(dtype).view(np.uint16))
+                          for v in (x[i], x[i + 1]))
             pack.append(lo | (hi << 16))
         out[4 * i:4 * i + 3] = [tf32, *pack]
     return out
