@@ -17,28 +17,26 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from typing import Any
+
+from cpu_scaling import bench_report  # scripts/, beside this file
 
 DEFAULT_BENCH_ARGS = ["--dtype", "float32", "--dtype", "bfloat16", "--repeats", "5"]
 
 
-def bench_reports(runs: int, bench_args: Sequence[str], json_dir: str) -> list[dict]:
-    """`runs` bench reports, each from its own process on the CPU, saved in json_dir."""
+def bench_reports(runs: int, bench_args: Sequence[str], json_dir: str | None) -> list[dict]:
+    """`runs` bench reports, each from its own process on every CPU this one may use,
+    saved in json_dir when given."""
+    cpus = sorted(os.sched_getaffinity(0))
     reports = []
     for i in range(1, runs + 1):
-        path = os.path.join(json_dir, f"bench_{i}.json")
         print(f"run {i} of {runs} ...", file=sys.stderr, flush=True)
-        result = subprocess.run(
-            [sys.executable, "-m", "oxijax", "bench", *bench_args, "--json", path],
-            env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True)
-        if result.returncode != 0:
-            raise SystemExit(f"bench run {i} failed:\n{result.stdout}{result.stderr}")
-        with open(path) as f:
-            reports.append(json.load(f))
+        reports.append(bench_report(cpus, list(bench_args)))
+        if json_dir:
+            with open(os.path.join(json_dir, f"bench_{i}.json"), "w") as f:
+                json.dump(reports[-1], f, indent=1)
     return reports
 
 
@@ -121,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--runs must be at least 1")
         if args.json_dir:
             os.makedirs(args.json_dir, exist_ok=True)
-            reports = bench_reports(args.runs, bench_args or DEFAULT_BENCH_ARGS, args.json_dir)
-        else:
-            with tempfile.TemporaryDirectory() as tmp:
-                reports = bench_reports(args.runs, bench_args or DEFAULT_BENCH_ARGS, tmp)
+        reports = bench_reports(args.runs, bench_args or DEFAULT_BENCH_ARGS, args.json_dir)
     if not any(r["results"] for r in reports):
         raise SystemExit("no rows in these reports")
     setups = sorted({setup(r) for r in reports})
