@@ -247,8 +247,8 @@ void conv2d_packed_as(const Parallel& par, const ConvShape& s, const T* x, const
 template <typename T>
 void conv2d(const Parallel& par, const ConvShape& s, const T* x, const T* w, T* out) {
   if constexpr (kOnTiles<T>) {  // tiles pay for their set-up from kMinTileProduct on
-    const double product = double(s.k) * double(s.c * s.r * s.s) * double(s.n * s.p * s.q);
-    if (product < kMinTileProduct) return conv2d_packed_as<Acc<T>>(par, s, x, w, out);
+    if (conv_detail::gemm_product(s) < kMinTileProduct)
+      return conv2d_packed_as<Acc<T>>(par, s, x, w, out);
   }
   conv2d_packed_as<GemmPacked<T>>(par, s, x, w, out);
 }

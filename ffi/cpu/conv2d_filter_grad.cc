@@ -363,8 +363,8 @@ template <typename T>
 void conv2d_backward_filter(const Parallel& par, const ConvShape& s, const T* x, const T* dy,
                             T* dw) {
   if constexpr (kOnTiles<T>) {  // tiles pay for their set-up from kMinTileProduct on
-    const double product = double(s.k) * double(s.c * s.r * s.s) * double(s.n * s.p * s.q);
-    if (product < kMinTileProduct) return backward_filter_packed_as<Acc<T>>(par, s, x, dy, dw);
+    if (conv_detail::gemm_product(s) < kMinTileProduct)
+      return backward_filter_packed_as<Acc<T>>(par, s, x, dy, dw);
   }
   backward_filter_packed_as<GemmPacked<T>>(par, s, x, dy, dw);
 }

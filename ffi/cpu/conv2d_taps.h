@@ -13,6 +13,12 @@
 
 namespace oxijax::cpu::conv_detail {
 
+// M * N * K of the convolution's implicit GEMM (output channels x C*R*S x N*P*Q), for
+// gemm_amx.h's kMinTileProduct.
+inline double gemm_product(const ConvShape& s) {
+  return double(s.k) * double(s.c * s.r * s.s) * double(s.n * s.p * s.q);
+}
+
 // Lanes [a, b) of a vector of output pixels whose inputs through one tap lie inside the
 // image: lane j reads plane[off + (j - a) * stride_w] of a channel's plane. `bits` has
 // bits a .. b-1 set.
