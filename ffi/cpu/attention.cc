@@ -19,8 +19,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "attention_rows.h"
 #include "kernels.h"
-#include "simd.h"
 
 namespace oxijax::cpu {
 namespace {
@@ -90,9 +90,7 @@ void attend_block(const AttentionShape& shape, const T* q, const Acc<T>* k, cons
   A* o = ws.o.p;
   A* st = ws.st.p;
   const A qscale = A(shape.scale * kLog2e);
-  for (int64_t i = 0; i < vecs * W; ++i)
-    for (int64_t d = 0; d < dim; ++d)
-      qt[d * ld + i] = i < rows ? qscale * load(q[(i0 + i) * dim + d]) : A(0);
+  transpose_rows(q + i0 * dim, rows, vecs * W, dim, qscale, qt, ld);
   std::fill(o, o + rows * dp, A(0));
   std::fill(ws.max.p, ws.max.p + ld, ninf);
   std::fill(ws.sum.p, ws.sum.p + ld, A(0));
@@ -126,8 +124,7 @@ void attend_block(const AttentionShape& shape, const T* q, const Acc<T>* k, cons
     const A norm = s == A(0) ? A(0) : A(1) / s;
     // NaN stays NaN; a row that saw no key (sum 0) gets -inf.
     lse[i0 + i] = s == A(0) ? ninf : ws.max.p[i] * A(kLn2) + std::log(s);
-    T* orow = out + (i0 + i) * dim;
-    for (int64_t d = 0; d < dim; ++d) orow[d] = store<T>(o[i * dp + d] * norm);
+    store_row(o + i * dp, dim, norm, out + (i0 + i) * dim);
   }
 }
 

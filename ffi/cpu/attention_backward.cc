@@ -16,8 +16,8 @@
 //    (causal blocks above the diagonal are skipped). S^T = K Qt and dP^T = V dOt are
 //    tiles over (key, query lane) like the forward's scores; dV += P^T dO, dK += dS^T Q
 //    and dQ += dS K are tiles over (row, head dim) with P^T / dS^T broadcast. Each group
-//    adds its dQ share into a partial of its own, in key order (its first chunk of key
-//    blocks writes it).
+//    adds its dQ shares into a partial of its own, in key order (its first key block
+//    writes it).
 // 3. per (batch*head, query block): dQ = scale * the sum of the partials of the groups
 //    that see the block, in group order, rounded.
 // Deterministic: the groups depend on the shape alone (never on the thread count or on
@@ -29,8 +29,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "attention_rows.h"
 #include "kernels.h"
-#include "simd.h"
 
 namespace oxijax::cpu {
 namespace {
@@ -114,46 +114,37 @@ void prepare_block(const AttentionShape& shape, const T* q, const T* out, const 
   constexpr int64_t ld = kBq;
   const int64_t dim = shape.head_dim, dp = pre.dp, sq = shape.seq_q;
   const int64_t i0 = qb * ld, rows = std::min(ld, sq - i0), blk = pre.block(h, qb);
-  const A qscale = A(shape.scale * kLog2e);
+  const int64_t base = h * sq + i0;
+  if (!pre.q_in) rows_as<A>(q + base * dim, rows, dim, dp, pre.q_copy(h, qb));
+  if (!pre.dout_in) rows_as<A>(dout + base * dim, rows, dim, dp, pre.dout_copy(h, qb));
+  transpose_rows(q + base * dim, rows, ld, dim, A(shape.scale * kLog2e),
+                 pre.qt.data() + blk * dim * ld, ld);
+  transpose_rows(dout + base * dim, rows, ld, dim, A(1), pre.dot.data() + blk * dim * ld, ld);
+  const A* dout_rows = pre.dout_rows(h, qb);
   const A inf = std::numeric_limits<A>::infinity();
-  A* qt = pre.qt.data() + blk * dim * ld;
-  A* dot = pre.dot.data() + blk * dim * ld;
   A* lanes_lse = pre.lse.data() + blk * ld;
   A* lanes_delta = pre.delta.data() + blk * ld;
-  const int64_t base = h * sq + i0;
   for (int64_t i = 0; i < ld; ++i) {
-    A delta = A(0);
-    for (int64_t d = 0; d < dim; ++d) {
-      const bool in = i < rows;
-      const A qv = in ? load(q[(base + i) * dim + d]) : A(0);
-      const A gv = in ? load(dout[(base + i) * dim + d]) : A(0);
-      if (in) delta += gv * load(out[(base + i) * dim + d]);
-      qt[d * ld + i] = qscale * qv;
-      dot[d * ld + i] = gv;
-    }
     // A row that sees no key (lse = -inf), or a padding lane, gets +inf: its weights
     // exp2(s - inf) are 0 instead of exp2(+inf).
     const A l = i < rows ? lse[base + i] : -inf;
     lanes_lse[i] = l == -inf ? inf : l * A(kLog2e);
-    lanes_delta[i] = delta;
+    lanes_delta[i] = i < rows ? dot_row(dout_rows + i * dp, out + (base + i) * dim, dim) : A(0);
   }
-  if (!pre.q_in) rows_as<A>(q + base * dim, rows, dim, dp, pre.q_copy(h, qb));
-  if (!pre.dout_in) rows_as<A>(dout + base * dim, rows, dim, dp, pre.dout_copy(h, qb));
 }
 
 // Key blocks a task keeps resident at once: their K, V, dK and dV rows (4 x 24 KB each
-// with D = 64, in L2) meet each query block back to back, so that the block's Q, dO and
-// dQ tiles are fetched once per chunk and the chunk's dQ shares add up in a hot tile
-// before they reach the group's partial.
+// with D = 64, in L2) meet each query block back to back, so that the block's Q and dO
+// tiles and its tile of the group's dQ partial are fetched once per chunk.
 constexpr int64_t kChunkBlocks = 2;
 constexpr int64_t kChunkRows = kChunkBlocks * kKeyBlock;
 
 // Per-task scratch.
 template <typename A> struct Workspace {
-  AlignedBuffer<A> st, dst, dq;  // one pair's S^T and dS^T, a chunk's dQ share [Bq][dp]
+  AlignedBuffer<A> st, dst;       // one pair's S^T and dS^T
   AlignedBuffer<A> k, v, dk, dv;  // a chunk's K (stride dp), V (stride dim), dK, dV rows
   Workspace(int64_t dim, int64_t dp, bool convert)
-      : st(kKeyBlock * kBq), dst(kKeyBlock * kBq), dq(kBq * dp),
+      : st(kKeyBlock * kBq), dst(kKeyBlock * kBq),
         k(convert || dp != dim ? kChunkRows * dp : 0), v(convert ? kChunkRows * dim : 0),
         dk(kChunkRows * dp), dv(kChunkRows * dp) {}
 };
@@ -238,21 +229,13 @@ void key_chunk(const AttentionShape& shape, const T* k, const T* v, T* dk, T* dv
       const int64_t r = (kb - kb0) * kKeyBlock;
       const KeyBlock<A> keys{kp + r * dp, vp + r * dim, j0 + r, std::min(kKeyBlock, nrows - r),
                              ws.dk.p + r * dp, ws.dv.p + r * dp};
-      pair(shape, keys, h, qb, pre, ws.dq.p, kb == kb0, ws);
+      pair(shape, keys, h, qb, pre, pre.partial(h, g, qb), first_chunk && kb == kb0, ws);
     }
-    const int64_t n = std::min(kBq, shape.seq_q - qb * kBq) * dp;  // real rows only
-    A* partial = pre.partial(h, g, qb);
-    if (first_chunk)
-      std::copy(ws.dq.p, ws.dq.p + n, partial);
-    else
-      for (int64_t e = 0; e < n; ++e) partial[e] += ws.dq.p[e];
   }
-  const A scale = A(shape.scale);
-  for (int64_t j = 0; j < nrows; ++j)
-    for (int64_t d = 0; d < dim; ++d) {
-      dk[ko + j * dim + d] = store<T>(scale * ws.dk.p[j * dp + d]);
-      dv[ko + j * dim + d] = store<T>(ws.dv.p[j * dp + d]);
-    }
+  for (int64_t j = 0; j < nrows; ++j) {
+    store_row(ws.dk.p + j * dp, dim, A(shape.scale), dk + ko + j * dim);
+    store_row(ws.dv.p + j * dp, dim, A(1), dv + ko + j * dim);
+  }
 }
 
 }  // namespace
@@ -310,8 +293,7 @@ void attention_backward(const Parallel& par, const AttentionShape& shape, const 
         for (int64_t e = 0; e < n; ++e) sum.p[e] += partial[e];
       }
       T* rowp = dq + (h * sq + i0) * dim;
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t d = 0; d < dim; ++d) rowp[i * dim + d] = store<T>(scale * sum.p[i * dp + d]);
+      for (int64_t i = 0; i < rows; ++i) store_row(sum.p + i * dp, dim, scale, rowp + i * dim);
     }
   });
 }

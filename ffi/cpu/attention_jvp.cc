@@ -13,8 +13,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "attention_rows.h"
 #include "kernels.h"
-#include "simd.h"
 
 namespace oxijax::cpu {
 namespace {
@@ -54,12 +54,8 @@ void jvp_block(const AttentionShape& shape, const Head<T>& x, int64_t i0, int64_
 
   A* qt = ws.qt.p;
   A* dqt = ws.dqt.p;
-  for (int64_t i = 0; i < vecs * W; ++i)
-    for (int64_t d = 0; d < dim; ++d) {
-      const bool in = i < rows;
-      qt[d * ld + i] = in ? qscale * load(x.q[(i0 + i) * dim + d]) : A(0);
-      dqt[d * ld + i] = in ? qscale * load(x.dq[(i0 + i) * dim + d]) : A(0);
-    }
+  transpose_rows(x.q + i0 * dim, rows, vecs * W, dim, qscale, qt, ld);
+  transpose_rows(x.dq + i0 * dim, rows, vecs * W, dim, qscale, dqt, ld);
   A* acc = ws.acc.p;
   std::fill(acc, acc + rows * dp, A(0));
 

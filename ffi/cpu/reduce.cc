@@ -38,6 +38,7 @@
 #include "half_convert.h"
 #include "kernels.h"
 #include "oxijax/math.h"
+#include "scratch.h"
 #include "simd.h"
 
 namespace oxijax::cpu {

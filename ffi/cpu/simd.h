@@ -1,20 +1,18 @@
 // The CPU attention kernels' SIMD layer (forward, JVP and backward): GCC/Clang vector
 // extensions sized to the target (explicit FMA, NaN-keeping max / min and a vectorised
 // exp2 on x86), compile-time dispatch on small tile sizes, the attention blocking and
-// the register-tiled products all three share, operand conversion to the compute type,
-// and the query-block task loop (scratch memory: scratch.h). (vector_math.h builds
-// the elementwise kernels' math on its vector types and max / min.)
+// the register-tiled products all three share, and the query-block task loop (operands
+// in the compute type and scratch memory: attention_rows.h). (vector_math.h builds the
+// elementwise kernels' math on its vector types and max / min.)
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "oxijax/numeric.h"
 #include "parallel.h"
-#include "scratch.h"
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -307,67 +305,6 @@ void product(int64_t rows, int64_t vecs, int64_t n, const A* a, int64_t lda, con
 }
 
 // ---------------------------------------------------------------------------------
-// Operands in the compute type.
-
-// kLanes<float> values of p as floats: bfloat16 is the top half of a float (a shift),
-// float16 converts with F16C / AVX-512 where the target has them.
-template <typename T> inline VecF widen(const T* p) {
-  if constexpr (std::is_same_v<T, float>) {
-    return vload<VecF>(p);
-  } else if constexpr (std::is_same_v<T, bfloat16>) {
-    typedef uint16_t VecH __attribute__((vector_size(kVecBytes / 2)));
-    typedef uint32_t VecU __attribute__((vector_size(kVecBytes)));
-    return reinterpret_cast<VecF>(__builtin_convertvector(vload<VecH>(p), VecU) << 16);
-  } else {
-#if defined(__AVX512F__)
-    return _mm512_maskz_cvtph_ps(0xffff, vload<__m256i>(p));
-#elif defined(__F16C__) && defined(__AVX__)
-    return _mm256_cvtph_ps(vload<__m128i>(p));
-#else
-    float f[kLanes<float>];
-    for (int i = 0; i < kLanes<float>; ++i) f[i] = load(p[i]);
-    return vload<VecF>(f);
-#endif
-  }
-}
-
-// `rows` rows of `dim` values of T (contiguous) as rows of A with stride ld >= dim,
-// zero beyond dim: src itself where that is already so, else converted into buf.
-template <typename A, typename T>
-const A* rows_as(const T* src, int64_t rows, int64_t dim, int64_t ld, A* buf) {
-  if constexpr (std::is_same_v<T, A>) {
-    if (ld == dim) return src;
-  }
-  constexpr int W = kLanes<A>;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* s = src + r * dim;
-    A* d = buf + r * ld;
-    int64_t e = 0;
-    if constexpr (std::is_same_v<A, float>)
-      for (; e + W <= dim; e += W) vstore(d + e, widen(s + e));
-    for (; e < dim; ++e) d[e] = load(s[e]);
-    for (; e < ld; ++e) d[e] = A(0);
-  }
-  return buf;
-}
-
-// rows_as for a whole tensor of `rows` rows, converted once (in parallel) for every
-// query block to share: src itself where it already is, else a copy in buf.
-template <typename A, typename T>
-const A* rows_as(const Parallel& par, const T* src, int64_t rows, int64_t dim, int64_t ld,
-                 Scratch<A>& buf) {
-  if constexpr (std::is_same_v<T, A>) {
-    if (ld == dim) return src;
-  }
-  constexpr int64_t kRowsPerTask = 256;
-  buf.reset(rows * ld);
-  par.for_range((rows + kRowsPerTask - 1) / kRowsPerTask, 1, [&](int64_t t0, int64_t t1) {
-    const int64_t r0 = t0 * kRowsPerTask, r1 = std::min(rows, t1 * kRowsPerTask);
-    rows_as<A>(src + r0 * dim, r1 - r0, dim, ld, buf.data() + r0 * ld);
-  });
-  return buf.data();
-}
-
 // Calls block(h, i0, rows, ws) for every (batch*head h, block of up to bq query rows
 // from i0) on par, with one scratch ws = make_ws() per chunk of tasks. Cheap and
 // expensive (causal) query blocks are interleaved so that any contiguous run of tasks
