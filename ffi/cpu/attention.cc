@@ -90,7 +90,7 @@ void attend_block(const AttentionShape& shape, const T* q, const Acc<T>* k, cons
   A* o = ws.o.p;
   A* st = ws.st.p;
   const A qscale = A(shape.scale * kLog2e);
-  transpose_rows(q + i0 * dim, rows, vecs * W, dim, qscale, qt, ld);
+  transpose_rows(q + i0 * dim, dim, rows, vecs * W, dim, qscale, qt, ld);
   std::fill(o, o + rows * dp, A(0));
   std::fill(ws.max.p, ws.max.p + ld, ninf);
   std::fill(ws.sum.p, ws.sum.p + ld, A(0));

@@ -117,10 +117,10 @@ void prepare_block(const AttentionShape& shape, const T* q, const T* out, const 
   const int64_t base = h * sq + i0;
   if (!pre.q_in) rows_as<A>(q + base * dim, rows, dim, dp, pre.q_copy(h, qb));
   if (!pre.dout_in) rows_as<A>(dout + base * dim, rows, dim, dp, pre.dout_copy(h, qb));
-  transpose_rows(q + base * dim, rows, ld, dim, A(shape.scale * kLog2e),
-                 pre.qt.data() + blk * dim * ld, ld);
-  transpose_rows(dout + base * dim, rows, ld, dim, A(1), pre.dot.data() + blk * dim * ld, ld);
   const A* dout_rows = pre.dout_rows(h, qb);
+  transpose_rows(pre.q_rows(h, qb), dp, rows, ld, dim, A(shape.scale * kLog2e),
+                 pre.qt.data() + blk * dim * ld, ld);
+  transpose_rows(dout_rows, dp, rows, ld, dim, A(1), pre.dot.data() + blk * dim * ld, ld);
   const A inf = std::numeric_limits<A>::infinity();
   A* lanes_lse = pre.lse.data() + blk * ld;
   A* lanes_delta = pre.delta.data() + blk * ld;

@@ -54,8 +54,8 @@ void jvp_block(const AttentionShape& shape, const Head<T>& x, int64_t i0, int64_
 
   A* qt = ws.qt.p;
   A* dqt = ws.dqt.p;
-  transpose_rows(x.q + i0 * dim, rows, vecs * W, dim, qscale, qt, ld);
-  transpose_rows(x.dq + i0 * dim, rows, vecs * W, dim, qscale, dqt, ld);
+  transpose_rows(x.q + i0 * dim, dim, rows, vecs * W, dim, qscale, qt, ld);
+  transpose_rows(x.dq + i0 * dim, dim, rows, vecs * W, dim, qscale, dqt, ld);
   A* acc = ws.acc.p;
   std::fill(acc, acc + rows * dp, A(0));
 

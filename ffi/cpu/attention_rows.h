@@ -55,14 +55,14 @@ const A* rows_as(const Parallel& par, const T* src, int64_t rows, int64_t dim, i
   return buf.data();
 }
 
-// The query-lane layout of a block: dst[d * ld + i] = scale * src[i * dim + d] for the
-// `rows` rows of src, 0 in the lanes [rows, lanes).
+// The query-lane layout of a block: dst[d * ld + i] = scale * src[i * lds + d] for the
+// `rows` rows of src (d < dim), 0 in the lanes [rows, lanes).
 template <typename A, typename T>
-void transpose_rows(const T* src, int64_t rows, int64_t lanes, int64_t dim, A scale, A* dst,
-                    int64_t ld) {
+void transpose_rows(const T* src, int64_t lds, int64_t rows, int64_t lanes, int64_t dim,
+                    A scale, A* dst, int64_t ld) {
   constexpr int W = kLanes<A>;
   for (int64_t i = 0; i < rows; ++i) {
-    const T* s = src + i * dim;
+    const T* s = src + i * lds;
     int64_t d = 0;
     if constexpr (std::is_same_v<A, float>)
       for (; d + W <= dim; d += W) {
