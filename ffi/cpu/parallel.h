@@ -2,6 +2,8 @@
 // handlers run them on XLA's intra-op pool (ffi::ThreadPool), a caller without a pool
 // runs them inline. The calling thread always takes part, so a loop finishes even if
 // the pool never runs the tasks it was given (no deadlock when called from a pool thread).
+// Helpers start further helpers (a tree, see parallel.cc); the loop returns only once no
+// helper can call `schedule` any more.
 #pragma once
 
 #include <cstdint>
