@@ -1,52 +1,15 @@
 #include "cpu_device.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "cpu/isa_dispatch.h"
+#include "host_pool.h"
 
 namespace oxijax::backend {
 namespace {
-
-// Worker threads for cpu::Parallel. The caller of a loop always works too, so a queue
-// shared by concurrent callers never deadlocks, it only shares the workers.
-class HostPool {
- public:
-  explicit HostPool(int64_t workers) {
-    for (int64_t i = 0; i < workers; ++i) threads_.emplace_back([this] { run(); });
-  }
-  int64_t workers() const { return static_cast<int64_t>(threads_.size()); }
-  void schedule(cpu::Parallel::Task task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      cpu::Parallel::Task task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return !tasks_.empty(); });
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<cpu::Parallel::Task> tasks_;
-  std::vector<std::thread> threads_;
-};
 
 // One pool for the process, never destroyed: its threads die with the process, and no
 // static destructor has to join them at exit.
@@ -59,9 +22,7 @@ HostPool& host_pool() {
 }  // namespace
 
 CpuDevice::CpuDevice() {
-  HostPool& pool = host_pool();
-  if (pool.workers() > 0)
-    par_ = cpu::Parallel(pool.workers(), [&pool](cpu::Parallel::Task t) { pool.schedule(std::move(t)); });
+  par_ = host_pool().parallel();
 }
 
 void CpuDevice::copy(uintptr_t dst, uintptr_t src, size_t bytes) {
