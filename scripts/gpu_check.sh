@@ -107,9 +107,9 @@ step cpu_scaling 100 python ../scripts/cpu_scaling.py --threads "1,4,$(nproc)" \
 # What waking a helper costs on this CPU, and a memory-bound loop on all threads with
 # its helpers started one after another (cpu::Parallel before 2026-12-05) and as a tree
 # (now): a few seconds, outside XLA.
-step parallel_probe 30 bash -c 'g++ -std=c++17 -O3 -march=native -pthread -I../ffi \
-  ../scripts/parallel_probe.cc ../ffi/cpu/parallel.cc -o "$1/parallel_probe" && "$1/parallel_probe"' \
-  probe "$out"
+step parallel_probe 30 bash -c 'probe="$(mktemp -d)/parallel_probe" && g++ -std=c++17 -O3 \
+  -march=native -pthread -I../ffi ../scripts/parallel_probe.cc ../ffi/cpu/parallel.cc \
+  -o "$probe" && "$probe"'
 # The first H200 run (2026-12-04, jax 0.11.2) saw processes die (SIGSEGV) when a handler
 # returned an error (the first being test_attention_grad's inconsistent-call test); the
 # next run, after the scratch-alignment fix, did not. Kept: a native backtrace of those
