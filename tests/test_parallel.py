@@ -23,14 +23,16 @@ SOURCES = [ROOT / "tests" / "native" / "parallel_stress.cc", ROOT / "ffi" / "cpu
 COMPILER = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
 SANITIZERS = {"tsan": "thread", "asan": "address,undefined"}
 HELPERS = 15  # as on a 16-core machine
+# The programs bring their own sanitizer runtime: none preloaded (scripts/sanitize_check.sh).
+NATIVE_ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 
 
-def compile(folder: pathlib.Path, sanitizer: str, sources: list[pathlib.Path]) -> subprocess.CompletedProcess:
+def build(folder: pathlib.Path, sanitizer: str, sources: list[pathlib.Path]) -> subprocess.CompletedProcess:
     return subprocess.run(
         [COMPILER, "-std=c++17", "-O1", "-g", "-pthread", f"-fsanitize={sanitizer}",
          "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", f"-I{ROOT / 'ffi' / 'cpu'}",
          *map(str, sources), "-o", str(folder / "parallel_stress")],
-        capture_output=True, text=True, timeout=300)
+        capture_output=True, text=True, env=NATIVE_ENV, timeout=300)
 
 
 @pytest.fixture(scope="module", params=sorted(SANITIZERS))
@@ -41,16 +43,16 @@ def stress_program(request, tmp_path_factory) -> pathlib.Path:
     folder = tmp_path_factory.mktemp(request.param)
     probe = folder / "probe.cc"
     probe.write_text("int main() { return 0; }\n")
-    if compile(folder, sanitizer, [probe]).returncode != 0:
+    if build(folder, sanitizer, [probe]).returncode != 0:
         pytest.skip(f"{COMPILER} cannot link -fsanitize={sanitizer} here")
-    result = compile(folder, sanitizer, SOURCES)
+    result = build(folder, sanitizer, SOURCES)
     assert result.returncode == 0, result.stderr[-4000:]
     return folder / "parallel_stress"
 
 
 @pytest.mark.parametrize("mode", ["pool", "late", "throw"])
 def test_parallel_loop(stress_program, mode):
-    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1", ASAN_OPTIONS="detect_leaks=1")
+    env = dict(NATIVE_ENV, TSAN_OPTIONS="halt_on_error=1", ASAN_OPTIONS="detect_leaks=1")
     result = subprocess.run([str(stress_program), mode, str(HELPERS), "1500"],
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
