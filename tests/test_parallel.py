@@ -50,7 +50,7 @@ def stress_program(request, tmp_path_factory) -> pathlib.Path:
     return folder / "parallel_stress"
 
 
-@pytest.mark.parametrize("mode", ["pool", "late", "throw"])
+@pytest.mark.parametrize("mode", ["threads", "late", "throw"])
 def test_parallel_loop(stress_program, mode):
     env = dict(NATIVE_ENV, TSAN_OPTIONS="halt_on_error=1", ASAN_OPTIONS="detect_leaks=1")
     result = subprocess.run([str(stress_program), mode, str(HELPERS), "1500"],

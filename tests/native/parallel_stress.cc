@@ -2,10 +2,10 @@
 // built by tests/test_parallel.py with ThreadSanitizer or AddressSanitizer. Every loop
 // checks that each index ran exactly once and that no helper called the loop's
 // scheduler after for_range had returned (the handle to XLA's pool dies with the FFI
-// call). Modes: `pool` runs each task on a thread of its own, joined after the loop;
+// call). Modes: `threads` runs each task on a thread of its own, joined after the loop;
 // `late` runs them only after their loop has returned, as a pool busy elsewhere would;
 // `throw` makes one index of every loop throw, which for_range must hand back.
-// Usage: parallel_stress <pool|late|throw> <workers> <loops>; prints "ok" and exits 0.
+// Usage: parallel_stress <threads|late|throw> <workers> <loops>; prints "ok" and exits 0.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -37,11 +37,11 @@ struct Token {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) fail("usage: parallel_stress <pool|late|throw> <workers> <loops>");
+  if (argc != 4) fail("usage: parallel_stress <threads|late|throw> <workers> <loops>");
   const std::string mode = argv[1];
   const int workers = std::atoi(argv[2]);
   const int loops = std::atoi(argv[3]);
-  if (mode != "pool" && mode != "late" && mode != "throw") fail("unknown mode");
+  if (mode != "threads" && mode != "late" && mode != "throw") fail("unknown mode");
 
   std::mutex threads_mu;
   std::vector<std::thread> threads;  // the tasks started during a loop
