@@ -418,16 +418,25 @@ void pack_panels(A* dst, int64_t width, const T* src, int64_t rs, int64_t cs, in
     return;
   }
   // Panels whose P rows all exist, and with a contiguous panel dimension (b not
-  // transposed, a transposed), are straight copies of source rows: one source row at a
-  // time across all of them, so that the source streams in order.
+  // transposed, a transposed), are straight copies of source rows: kStepsPerVisit source
+  // rows at a time across all of them, so that the source streams in order and each
+  // panel gets whole cache lines per visit. One source row at a time wrote each panel
+  // one K step per visit, and the panels' write points, kc * P elements apart (a multiple
+  // of 2 KiB), fall into a few L1 sets: 8 x 256^3 float32 with A transposed (43 panels
+  // of 6 rows), one Xeon core at `avx2`, packing A took 6 % of the samples, now 3 %.
+  constexpr int64_t kStepsPerVisit = 16;
   const int64_t full_end =
       rs == 1 ? std::clamp<int64_t>(i0 + (rows - i0) / P * P, i0, i1) : i0;
   for (int64_t b = 0; b < kb.count; ++b) {
     const int64_t k0 = kb.begin(b), kc = kb.depth(b);
     A* block = dst + k0 * width;
-    for (int64_t kk = 0; kk < kc; ++kk) {
-      const T* s = src + (k0 + kk) * cs;
-      for (int64_t i = i0; i < full_end; i += P) widen(block + i * kc + kk * P, s + i, P);
+    for (int64_t k1 = 0; k1 < kc; k1 += kStepsPerVisit) {
+      const int64_t k2 = std::min(kc, k1 + kStepsPerVisit);
+      for (int64_t i = i0; i < full_end; i += P) {
+        A* d = block + i * kc;
+        const T* s = src + k0 * cs + i;
+        for (int64_t kk = k1; kk < k2; ++kk) widen(d + kk * P, s + kk * cs, P);
+      }
     }
     for (int64_t i = full_end; i < i1; i += P) {
       A* d = block + i * kc;
@@ -825,6 +834,20 @@ struct Target {
   Acc<T> alpha, beta;
 };
 
+// The MR rows of nr elements at p (ld apart) into L2, one micro-kernel call before the
+// call that stores them: an output the program has not touched lately comes from memory,
+// which the kernel's own prefetch, a few hundred cycles before its stores, cannot hide.
+// One Xeon core, 8 x 256^3 float32 (A transposed) into outputs rotating over 64 MiB,
+// medians of eight alternating runs: `avx2` 82.5 -> 85 GFLOP/s, `avx512` 119 -> 125;
+// jitted, 3.06-3.19 -> 2.96-3.01 ms; 1024^3 unchanged.
+template <int MR, typename A>
+inline void prefetch_tile_to_l2(const A* p, int64_t ld, int nr) {
+  for (int i = 0; i < MR; ++i) {
+    __builtin_prefetch(p + i * ld, 1, 2);
+    __builtin_prefetch(p + i * ld + nr - 1, 1, 2);
+  }
+}
+
 // What a thread sets up before running micro-kernels on packed elements P and undoes
 // after: nothing, but for AMX's tiles (gemm_amx.h).
 template <typename P>
@@ -858,6 +881,7 @@ void compute_region(const P* ap, int64_t a_width, const P* bp, int64_t b_width,
           const int mr = static_cast<int>(std::min<int64_t>(MR, ie - ir));
           if constexpr (kDirect) {
             A* dst = t.out + ir * t.ld + jr;
+            if (ir + MR < ie) prefetch_tile_to_l2<MR>(dst + MR * t.ld, t.ld, nr);
             const A* src = first ? (t.beta != A(0) ? t.c + ir * t.ld + jr : nullptr) : dst;
             micro_kernel<P>(kc, ablk + ir * kc, bblk + jr * kc, dst, t.ld, src, t.ld, t.alpha,
                             first ? t.beta : A(1), mr, nr);
