@@ -29,13 +29,16 @@ def thread_counts(available: int) -> list[int]:
     return counts + [available]
 
 
-def bench_report(cpus: list[int], bench_args: list[str]) -> dict:
-    """The bench's JSON report, run on exactly these CPUs."""
+def bench_report(cpus: list[int], bench_args: list[str], xla_isa: str | None = None) -> dict:
+    """The bench's JSON report, run on exactly these CPUs; with xla_isa, XLA:CPU held to
+    that instruction set (xla_isa.py)."""
+    launcher = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "xla_isa.py"),
+                xla_isa] if xla_isa else []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "bench.json")
         env = dict(os.environ, JAX_PLATFORMS="cpu")
         result = subprocess.run(
-            [sys.executable, "-m", "oxijax", "bench", *bench_args, "--json", path],
+            [sys.executable, *launcher, "-m", "oxijax", "bench", *bench_args, "--json", path],
             env=env, capture_output=True, text=True,
             preexec_fn=lambda: os.sched_setaffinity(0, cpus))
         if result.returncode != 0:

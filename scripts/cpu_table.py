@@ -7,6 +7,7 @@ the spread of the runs shows how far to trust a row.
 
     python scripts/cpu_table.py --runs 6 --json-dir runs/ > table.md
     python scripts/cpu_table.py --from runs/*.json        # the table of saved reports
+    python scripts/cpu_table.py --xla-isa avx2            # XLA held to AVX2 (xla_isa.py)
 
 Other arguments go to the bench (default: --dtype float32 --dtype bfloat16 --repeats 5).
 """
@@ -26,14 +27,17 @@ from cpu_scaling import bench_report  # scripts/, beside this file
 DEFAULT_BENCH_ARGS = ["--dtype", "float32", "--dtype", "bfloat16", "--repeats", "5"]
 
 
-def bench_reports(runs: int, bench_args: Sequence[str], json_dir: str | None) -> list[dict]:
-    """`runs` bench reports, each from its own process on every CPU this one may use,
-    saved in json_dir when given."""
+def bench_reports(runs: int, bench_args: Sequence[str], json_dir: str | None,
+                  xla_isa: str | None = None) -> list[dict]:
+    """`runs` bench reports, each from its own process on every CPU this one may use
+    (with xla_isa, XLA held to that level), saved in json_dir when given."""
     cpus = sorted(os.sched_getaffinity(0))
     reports = []
     for i in range(1, runs + 1):
         print(f"run {i} of {runs} ...", file=sys.stderr, flush=True)
-        reports.append(bench_report(cpus, list(bench_args)))
+        reports.append(bench_report(cpus, list(bench_args), xla_isa))
+        if xla_isa:
+            reports[-1]["xla_isa"] = xla_isa
         if json_dir:
             with open(os.path.join(json_dir, f"bench_{i}.json"), "w") as f:
                 json.dump(reports[-1], f, indent=1)
@@ -52,7 +56,7 @@ def setup(report: dict[str, Any]) -> tuple:
     """What must be the same for runs to share a table."""
     cpu = report["cpu"]
     return (cpu["model"], cpu["kernels"], cpu["threads"], report["jax"], report["sizes"],
-            report["repeats"])
+            report["repeats"], report.get("xla_isa", ""))
 
 
 def header(reports: Sequence[dict[str, Any]]) -> str:
@@ -66,8 +70,10 @@ def header(reports: Sequence[dict[str, Any]]) -> str:
         start += "–" + (end[11:] if end[:10] == start[:10] else end)
     runs = len(reports)
     levels = ", ".join(cpu.get("levels", [])) or "not recorded"
+    xla = (f"; XLA:CPU held to `{first['xla_isa']}` (scripts/xla_isa.py)"
+           if first.get("xla_isa") else "")
     return (f"**{cpu['model']}, {cpu['threads']} threads** — taken {start} UTC; CPU kernel "
-            f"levels this CPU runs: {levels}; level in use `{cpu['kernels']}`; jax "
+            f"levels this CPU runs: {levels}; level in use `{cpu['kernels']}`{xla}; jax "
             f"{first['jax']}, `--size {first['sizes']} --repeats {first['repeats']}`, oxijax's "
             f"and XLA's runs taken in turn, the median of {runs} run{'s' * (runs > 1)} (the "
             f"ratio is of the median times; the single runs' ratios are in the last column).")
@@ -108,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-dir", help="keep each run's report here")
     parser.add_argument("--from", dest="reports", nargs="+", metavar="JSON",
                         help="make the table of these saved bench reports instead")
+    parser.add_argument("--xla-isa", choices=["avx2", "avx512"],
+                        help="hold XLA:CPU to this instruction set (scripts/xla_isa.py); "
+                        "set OXIJAX_CPU_ISA to the same level for a like-for-like table")
     args, bench_args = parser.parse_known_args(argv)
     if args.reports:
         reports = []
@@ -119,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--runs must be at least 1")
         if args.json_dir:
             os.makedirs(args.json_dir, exist_ok=True)
-        reports = bench_reports(args.runs, bench_args or DEFAULT_BENCH_ARGS, args.json_dir)
+        reports = bench_reports(args.runs, bench_args or DEFAULT_BENCH_ARGS, args.json_dir,
+                                args.xla_isa)
     if not any(r["results"] for r in reports):
         raise SystemExit("no rows in these reports")
     setups = sorted({setup(r) for r in reports})

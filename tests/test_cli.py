@@ -1,6 +1,7 @@
 """`python -m oxijax`: info, check and bench run and report."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -97,6 +98,42 @@ def test_cpu_scaling_script_tables_rows_by_thread_count(tmp_path):
     assert f"= {run['ratio']:.2f}" in line
 
 
+def test_xla_isa_script_holds_xla_to_avx2_with_the_same_results():
+    # scripts/xla_isa.py, for like-for-like tables: XLA:CPU's LLVM code and its YNNPACK
+    # kernels held to AVX2 on a CPU with more. XLA's results must not change (a float32
+    # dot and a bfloat16 max along rows against NumPy float64), and YNNPACK must hold the
+    # written flags. Where this jaxlib lacks the symbol, the script says so and stops.
+    from pathlib import Path
+
+    import pytest
+
+    with open("/proc/cpuinfo") as f:
+        if "avx2" not in next(line for line in f if line.startswith("flags")).split():
+            pytest.skip("this CPU has no AVX2")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "xla_isa.py"
+    code = """
+import os, jax, jax.numpy as jnp, numpy as np, xla_isa
+x = np.random.default_rng(0).standard_normal((300, 200)).astype(np.float32)
+exact = x.astype(np.float64) @ x.T.astype(np.float64)
+print(float(np.abs(np.asarray(jnp.dot(x, x.T)) - exact).max() / np.abs(exact).max()))
+rows = jnp.asarray(x, jnp.bfloat16)
+print(bool((np.asarray(jnp.max(rows, axis=1), np.float64) ==
+            np.asarray(rows, np.float64).max(axis=1)).all()))
+flags, guard = xla_isa._cells(xla_isa._library())
+print(flags.value, guard.value, os.environ["XLA_FLAGS"])
+"""
+    result = subprocess.run([sys.executable, str(script), "avx2", "-c", code],
+                            capture_output=True, text=True, cwd=script.parent,
+                            env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    if result.returncode != 0 and "has no symbol" in result.stderr:
+        pytest.skip(result.stderr.strip())
+    assert result.returncode == 0, result.stdout + result.stderr
+    error, rows_equal, caps = result.stdout.split("\n")[-4:-1]
+    assert float(error) < 1e-5 and rows_equal == "True"
+    flags, guard, xla_flags = caps.split(" ", 2)
+    assert (int(flags), int(guard)) == (0x7F, 1) and "--xla_cpu_max_isa=AVX2" in xla_flags
+
+
 def test_cpu_table_script_gives_the_median_of_its_runs(tmp_path):
     # scripts/cpu_table.py: the README's table, the median of runs in fresh processes.
     from pathlib import Path
@@ -136,4 +173,18 @@ def test_cpu_table_script_gives_the_median_of_its_runs(tmp_path):
     mixed = subprocess.run(
         [sys.executable, str(script), "--from", str(tmp_path / "bench_1.json"),
          str(tmp_path / "other.json")], capture_output=True, text=True)
+    assert mixed.returncode != 0 and "make no one table" in mixed.stderr
+
+    # Runs with XLA held to a level (--xla-isa) say so, and make no table with others.
+    held = [dict(r, xla_isa="avx2") for r in reports]
+    for i, report in enumerate(held):
+        (tmp_path / f"held_{i}.json").write_text(json.dumps(report))
+    paths = [str(tmp_path / f"held_{i}.json") for i in range(3)]
+    table = subprocess.run([sys.executable, str(script), "--from", *paths],
+                           capture_output=True, text=True)
+    assert table.returncode == 0, table.stderr
+    assert "XLA:CPU held to `avx2` (scripts/xla_isa.py)" in table.stdout.splitlines()[0]
+    assert table.stdout.splitlines()[1:] == result.stdout.splitlines()[1:]
+    mixed = subprocess.run([sys.executable, str(script), "--from", paths[0],
+                            str(tmp_path / "bench_1.json")], capture_output=True, text=True)
     assert mixed.returncode != 0 and "make no one table" in mixed.stderr
