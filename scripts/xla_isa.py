@@ -40,7 +40,11 @@ def _library() -> str:
 
 def _symbols(path: str) -> dict[str, int]:
     """Addresses (relative to the library's load base) of YNNPACK's flags and their guard."""
-    out = subprocess.run(["nm", "-C", path], capture_output=True, text=True, check=True).stdout
+    try:
+        out = subprocess.run(["nm", "-C", path], capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as error:
+        raise SystemExit(f"xla_isa: cannot list the symbols of {path} with nm: {error}")
     found = {}
     for line in out.splitlines():
         address, _, name = line.split(" ", 2) if line.count(" ") >= 2 else ("", "", "")
