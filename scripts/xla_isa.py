@@ -18,6 +18,7 @@ flags YNNPACK detects on this CPU have the layout it assumes, and stops otherwis
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import runpy
 import subprocess
@@ -28,8 +29,10 @@ import sys
 LEVELS = {"avx2": (0x7F, "AVX2"), "avx512": (0x7FF, "AVX512")}
 # Bits of the detected flags that must agree with /proc/cpuinfo for the layout to hold.
 _CHECKED_BITS = {"avx2": 5, "fma": 6, "avx512f": 7, "avx512bw": 8, "avx512vl": 9, "avx512dq": 10}
-_FLAGS = "ynn::get_supported_arch_flags()::flags"
-_GUARD = "guard variable for " + _FLAGS
+# ynn::get_supported_arch_flags()::flags and its guard variable, mangled (nm -C, which
+# demangles, takes three times as long over the library's symbols).
+_FLAGS = "_ZZN3ynn24get_supported_arch_flagsEvE5flags"
+_GUARD = "_ZGVZN3ynn24get_supported_arch_flagsEvE5flags"
 
 
 def _library() -> str:
@@ -38,21 +41,21 @@ def _library() -> str:
     return os.path.join(os.path.dirname(jaxlib.__file__), "libjax_common.so")
 
 
+@functools.cache
 def _symbols(path: str) -> dict[str, int]:
     """Addresses (relative to the library's load base) of YNNPACK's flags and their guard."""
     try:
-        out = subprocess.run(["nm", "-C", path], capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as error:
         raise SystemExit(f"xla_isa: cannot list the symbols of {path} with nm: {error}")
     found = {}
     for line in out.splitlines():
-        address, _, name = line.split(" ", 2) if line.count(" ") >= 2 else ("", "", "")
+        address, _, name = line.split(" ", 2) if line.count(" ") == 2 else ("", "", "")
         if name in (_FLAGS, _GUARD):
             found[name] = int(address, 16)
     if len(found) != 2:
-        raise SystemExit(f"xla_isa: {path} has no symbol {_FLAGS!r}: this jaxlib's YNNPACK "
-                         "cannot be capped this way")
+        raise SystemExit(f"xla_isa: {path} has no symbol {_FLAGS} (YNNPACK's flags): this "
+                         "jaxlib's YNNPACK cannot be capped this way")
     return found
 
 
