@@ -38,13 +38,17 @@ TOLERANCE = {
 
 def pytest_collection_modifyitems(items):
     """Tests that use the `gpu` fixture are marked `gpu` (scripts/gpu_check.sh: -m gpu);
-    those that use `interpreter` are marked `cuda_interpret`."""
+    those that use `interpreter` are marked `cuda_interpret`. Tests marked `slow` run
+    first (in their order): a worker that draws a test of minutes at the end of the
+    run would keep the run going alone (with `--dist worksteal`, the other worker
+    takes over the rest of its queue meanwhile)."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "gpu" in names:
             item.add_marker(pytest.mark.gpu)
         if "interpreter" in names:
             item.add_marker(pytest.mark.cuda_interpret)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def require_interpreter():

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import oxijax
 from oxijax import _cases
 
@@ -19,6 +21,7 @@ def test_info_lists_targets():
     assert "FFI targets on cpu" in result.stdout and "oxijax_attention" in result.stdout
 
 
+@pytest.mark.slow
 def test_check_passes_every_op():
     result = run("check", "--dtype", "float32", "--dtype", "bfloat16")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -104,8 +107,6 @@ def test_xla_isa_script_holds_xla_to_avx2_with_the_same_results():
     # dot and a bfloat16 max along rows against NumPy float64), and YNNPACK must hold the
     # written flags. Where this jaxlib lacks the symbol, the script says so and stops.
     from pathlib import Path
-
-    import pytest
 
     if "avx2" not in oxijax.BUILD_INFO["cpu_isa_levels"]:  # the levels this CPU runs
         pytest.skip("this CPU has no AVX2")

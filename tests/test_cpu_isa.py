@@ -126,6 +126,7 @@ def test_every_runnable_level_loads_and_computes(level):
     assert result.stdout.strip() == level
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(BUILD["cpu_isa_levels"]) < 2, reason="this CPU runs one level")
 def test_sums_are_bit_identical_on_every_level():
     """reduce.cc sums in the same order on every level, whatever its vector width: along
@@ -226,6 +227,7 @@ def test_shared_objects_are_what_cmake_builds():
         assert users <= headers | own_sources, (level, users)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not OTHER_LEVELS, reason="this CPU runs only one level of the build")
 def test_op_tests_pass_under_every_other_level(tmp_path):
     """The op tests again, in a fresh process per other level on that level's kernels (the

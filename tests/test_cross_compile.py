@@ -33,6 +33,8 @@ from test_grad import unary_input as unary_grad_input
 from oxijax import BinaryOp, ReduceOp, UnaryOp
 
 pytest.importorskip("ziglang")
+# Building the kernels for aarch64 takes minutes.
+pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CPU = ROOT / "ffi" / "cpu"

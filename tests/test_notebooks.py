@@ -19,6 +19,7 @@ def test_every_notebook_is_found():
         "01_quickstart.ipynb", "02_backend_pointers.ipynb", "03_performance.ipynb"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, tmp_path):
     notebook = nbformat.read(path, as_version=4)

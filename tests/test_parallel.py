@@ -50,6 +50,7 @@ def stress_program(request, tmp_path_factory) -> pathlib.Path:
     return folder / "parallel_stress"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["threads", "late", "throw"])
 def test_parallel_loop(stress_program, mode):
     env = dict(NATIVE_ENV, TSAN_OPTIONS="halt_on_error=1", ASAN_OPTIONS="detect_leaks=1")

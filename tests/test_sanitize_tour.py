@@ -15,7 +15,7 @@ from conftest import require_interpreter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.cuda_interpret
+pytestmark = [pytest.mark.cuda_interpret, pytest.mark.slow]
 
 
 def load_tour():

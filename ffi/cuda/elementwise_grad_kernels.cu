@@ -4,15 +4,17 @@
 
 namespace oxijax::cuda {
 
-// The backward kernels reuse the binary kernels: unary_grad is a same-shape binary op.
+// The backward kernels reuse the binary kernels: unary_grad is a same-shape binary op,
+// which needs only the one-dim kernels (binary_with's broadcasting ones made this file
+// compile nearly four times longer).
 template <typename T>
 cudaError_t unary_grad(cudaStream_t stream, UnaryOp op, const T* x, const T* t, T* out,
                        int64_t n) {
   if (n <= 0) return cudaSuccess;
-  const BroadcastShape flat{{n}, {1}, {1}};
   switch (op) {
 #define OXIJAX_CASE(OP) \
-  case UnaryOp::OP: return binary_with<T, UnaryGrad<UnaryOp::OP>>(stream, flat, x, t, out);
+  case UnaryOp::OP:       \
+    return launch_flat<T, UnaryGrad<UnaryOp::OP>, false, false>(stream, x, t, out, n);
     OXIJAX_CASE(RELU) OXIJAX_CASE(SIGMOID) OXIJAX_CASE(TANH) OXIJAX_CASE(EXP)
     OXIJAX_CASE(LOG) OXIJAX_CASE(SQRT) OXIJAX_CASE(ABS) OXIJAX_CASE(NEG)
 #undef OXIJAX_CASE
