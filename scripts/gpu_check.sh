@@ -58,8 +58,12 @@ tour="$PWD/scripts/sanitize_gpu_ops.py"
 # compiled extension) is imported, not ./oxijax.
 cd tests
 # pytest-xdist (on the GPU image) spreads the many small, compile-bound tests over workers.
+# Work stealing (pytest-xdist >= 3.2), as in CI: the tests marked `slow` start first and
+# a worker that runs out of tests takes over the rest of another's queue.
 parallel=()
 python -c "import xdist" 2>/dev/null && parallel=(-n 8)
+python -c "import sys, xdist; sys.exit(tuple(map(int, xdist.__version__.split('.')[:2])) < (3, 2))" \
+  2>/dev/null && parallel+=(--dist worksteal)
 step info 10 python -m oxijax info
 # Registers, shared memory, tensor-core instruction counts and occupancy of every kernel
 # of the installed build (a few seconds on 16 cores). Informational: not a failure.
