@@ -189,3 +189,36 @@ def test_cpu_table_script_gives_the_median_of_its_runs(tmp_path):
     mixed = subprocess.run([sys.executable, str(script), "--from", paths[0],
                             str(tmp_path / "bench_1.json")], capture_output=True, text=True)
     assert mixed.returncode != 0 and "make no one table" in mixed.stderr
+
+
+def test_gemm_probe_times_the_library_gemm_at_a_posed_l2(tmp_path):
+    # scripts/gemm_probe.cc (scripts/cpu_check.sh): the FMA peak and cpu::gemm<float> as
+    # a share of it, with the cache sizes posed through sysconf; it checks the results.
+    import platform
+    import shutil
+    from pathlib import Path
+
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler (CXX, g++ or c++)")
+    if platform.machine() != "x86_64" or "avx2" not in oxijax.BUILD_INFO["cpu_isa_levels"]:
+        pytest.skip("the probe times x86 FMA code: this CPU has no AVX2 + FMA")
+    root = Path(__file__).resolve().parents[1]
+    probe = tmp_path / "gemm_probe"
+    build = subprocess.run(
+        [compiler, "-std=c++17", "-O2", "-march=x86-64-v3", "-pthread", f"-I{root / 'ffi'}",
+         f"-I{root / 'ffi' / 'cpu'}", f"-I{root / 'ffi' / 'include'}",
+         str(root / "scripts" / "gemm_probe.cc"), str(root / "ffi" / "cpu" / "gemm.cc"),
+         str(root / "ffi" / "cpu" / "parallel.cc"), "-ldl", "-o", str(probe)],
+        capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-4000:]
+    result = subprocess.run([str(probe), "1"], capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, OXIJAX_PROBE_L2=str(256 << 10),
+                                     OXIJAX_PROBE_L3=str(4 << 20)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("the gemm's blocking from L2 256 KiB, L3 4096 KiB")
+    assert lines[1].startswith("1 thread: FMA peak") and float(lines[1].split()[4]) > 0
+    cases = [line.split() for line in lines[2:]]
+    assert [c[0] for c in cases] == ["1024^3", "1024^3", "8"] and len(lines) == 5
+    assert all(float(c[c.index("median") + 1]) > 0 for c in cases)
