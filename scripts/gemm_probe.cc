@@ -20,7 +20,6 @@
 #define _GNU_SOURCE  // RTLD_NEXT
 #endif
 #include <dlfcn.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +33,7 @@
 #include "backend/host_pool.h"
 #include "cpu/cache_info.h"
 #include "cpu/kernels.h"
+#include "probe_cpus.h"
 
 #if !defined(__x86_64__) || !defined(__FMA__)
 #error "gemm_probe times x86 FMA code: build it at the avx2 level's flags or above"
@@ -164,41 +164,20 @@ bool time_case(const Case& c, const Parallel& par, double peak) {
   return max_error(c, a, b, out) <= 1e-5;
 }
 
-void pin_to_first(const cpu_set_t& allowed) {
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed)) continue;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    sched_setaffinity(0, sizeof(one), &one);
-    return;
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-    std::perror("sched_getaffinity");
-    return 1;
-  }
-  const int cpus = CPU_COUNT(&allowed);
-  const int threads = argc > 1 ? std::atoi(argv[1]) : cpus;
-  if (threads < 1) {
-    std::fprintf(stderr, "usage: gemm_probe [threads >= 1]\n");
-    return 2;
-  }
+  const probe::Cpus cpus(argc, argv, "gemm_probe");
   const oxijax::cpu::CacheSizes& caches = oxijax::cpu::cache_sizes();
   std::printf("the gemm's blocking from L2 %lld KiB, L3 %lld KiB; %d CPUs allowed\n",
-              (long long)caches.l2 >> 10, (long long)caches.l3 >> 10, cpus);
+              (long long)caches.l2 >> 10, (long long)caches.l3 >> 10, cpus.count);
   const std::vector<Case> cases = {square("1024^3", 1024, 1),
                                    square("1024^3 into cold outputs", 1024, 16), batched()};
+  const int threads = cpus.threads;
   for (const int t : threads > 1 ? std::vector<int>{1, threads} : std::vector<int>{1}) {
     // One thread stays on one CPU; more may use every CPU allowed.
-    if (t == 1) pin_to_first(allowed);
-    else sched_setaffinity(0, sizeof(allowed), &allowed);
+    if (t == 1) cpus.pin_to(0);
+    else cpus.unpin();
     const double peak = fma_peak(t);
     std::printf("%d thread%s: FMA peak %.1f GFLOP/s\n", t, t > 1 ? "s" : "", peak);
     HostPool pool(t - 1);

@@ -14,19 +14,18 @@
 //    the helpers asleep before each loop, as between the back-to-back calls of the
 //    benchmark. Medians of the loop's time, of when the caller starts its first chunk,
 //    and of when the last helper starts its first.
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "backend/host_pool.h"
+#include "probe_cpus.h"
 
 namespace {
 
@@ -102,29 +101,17 @@ void flat_for_range(HostPool& pool, int64_t helpers, int64_t chunks,
   while (state->done.load() < chunks) std::this_thread::yield();
 }
 
-// Pins the calling thread to the index-th CPU it may use; false if there is none.
-bool pin_to(int index, const cpu_set_t& allowed) {
-  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed) || seen++ != index) continue;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    return sched_setaffinity(0, sizeof(one), &one) == 0;
-  }
-  return false;
-}
-
 // The sleeper on another CPU than the caller's: a wake-up across CPUs, as a helper's.
-void wake_up_costs(const cpu_set_t& allowed) {
-  if (CPU_COUNT(&allowed) < 2) return;
-  pin_to(0, allowed);
+void wake_up_costs(const probe::Cpus& cpus) {
+  if (cpus.count < 2) return;
+  cpus.pin_to(0);
   std::mutex mu;
   std::condition_variable cv;
   bool go = false, quit = false;
   Clock::time_point t0;
   std::atomic<double> woke{0};
   std::thread sleeper([&] {
-    pin_to(1, allowed);
+    cpus.pin_to(1);
     for (;;) {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return go || quit; });
@@ -153,7 +140,7 @@ void wake_up_costs(const cpu_set_t& allowed) {
   }
   cv.notify_one();
   sleeper.join();
-  sched_setaffinity(0, sizeof(allowed), &allowed);
+  cpus.unpin();
   std::printf("waking a thread asleep on another CPU: notify %.1f us, the thread runs %.1f us after it began\n",
               median(notify), median(run));
 }
@@ -161,20 +148,10 @@ void wake_up_costs(const cpu_set_t& allowed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-    std::perror("sched_getaffinity");
-    return 1;
-  }
-  const int cpus = CPU_COUNT(&allowed);
-  const int threads = argc > 1 ? std::atoi(argv[1]) : cpus;
-  if (threads < 1) {
-    std::fprintf(stderr, "usage: parallel_probe [threads >= 1]\n");
-    return 2;
-  }
-  std::printf("%d threads (%d CPUs allowed)\n", threads, cpus);
-  wake_up_costs(allowed);
+  const probe::Cpus cpus(argc, argv, "parallel_probe");
+  const int threads = cpus.threads;
+  std::printf("%d threads (%d CPUs allowed)\n", threads, cpus.count);
+  wake_up_costs(cpus);
 
   const int64_t n = int64_t{1} << 24, chunks = std::min<int64_t>(64, 4 * threads);
   const int64_t per_chunk = (n + chunks - 1) / chunks;
