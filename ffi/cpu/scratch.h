@@ -15,12 +15,21 @@
 
 namespace oxijax::cpu {
 
+// 64-byte aligned memory, or std::bad_alloc. Through the nothrow operator new and a
+// throw of our own, so that under AddressSanitizer (allocator_may_return_null=1) running
+// out of memory takes the same path as in a plain build: ASan's throwing operator new
+// reports and aborts instead of throwing.
+inline void* allocate_aligned(size_t bytes) {
+  void* p = ::operator new(bytes, std::align_val_t(64), std::nothrow);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
 template <typename A>
 struct AlignedBuffer {
   A* p = nullptr;
   explicit AlignedBuffer(int64_t n)
-      : p(static_cast<A*>(::operator new(std::max<int64_t>(n, 1) * sizeof(A),
-                                         std::align_val_t(64)))) {}
+      : p(static_cast<A*>(allocate_aligned(std::max<int64_t>(n, 1) * sizeof(A)))) {}
   ~AlignedBuffer() { ::operator delete(p, std::align_val_t(64)); }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
@@ -52,7 +61,7 @@ class ScratchCache {
         return p;
       }
     }
-    return ::operator new(bytes, std::align_val_t(64));
+    return allocate_aligned(bytes);
   }
   // Keeps the block for reuse (unless it alone is over kCachedBytes), dropping the
   // smallest ones beyond kCachedBytes.
