@@ -57,9 +57,7 @@ fi
 gemm_probe() {
   local flags="$1" exe
   exe="$(mktemp -d)/gemm_probe"
-  g++ -std=c++17 -O3 $flags -mtune=generic -pthread -I"$root/ffi" -I"$root/ffi/cpu" \
-    -I"$root/ffi/include" "$root/scripts/gemm_probe.cc" "$root/ffi/cpu/gemm.cc" \
-    "$root/ffi/cpu/parallel.cc" -ldl -o "$exe" || return
+  bash "$root/scripts/build_gemm_probe.sh" "$exe" $flags -mtune=generic || return
   "$exe" "$cpus" || return
   for l2 in 262144 524288 1048576 2097152; do
     OXIJAX_PROBE_L2=$l2 "$exe" 1 || return

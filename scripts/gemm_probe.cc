@@ -1,10 +1,8 @@
 // Where the float32 gemm stands on this CPU, outside XLA: the probe for the gemm rows
 // under 1.0 (docs/performance.md). scripts/cpu_check.sh builds it at each x86 level
-// the CPU runs and calls it with several posed L2 sizes; by hand, from the repository's
-// root, e.g. at the avx2 level's flags (CMakeLists.txt):
-//   g++ -std=c++17 -O3 -march=x86-64-v3 -mtune=generic -pthread -Iffi -Iffi/cpu
-//       -Iffi/include scripts/gemm_probe.cc ffi/cpu/gemm.cc ffi/cpu/parallel.cc -ldl
-//       -o gemm_probe
+// the CPU runs and calls it with several posed L2 sizes; by hand, e.g. at the avx2
+// level's flags:
+//   scripts/build_gemm_probe.sh gemm_probe -march=x86-64-v3 -mtune=generic
 //   ./gemm_probe [threads]
 // Prints, on one thread and on `threads` (default: the CPUs the process may use):
 // 1. the FMA peak: 12 independent FMA chains on the level's vector registers (ymm, or

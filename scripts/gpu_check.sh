@@ -117,9 +117,8 @@ step parallel_probe 30 bash -c 'probe="$(mktemp -d)/parallel_probe" && g++ -std=
 # The float32 gemm outside XLA (0.80 of XLA at 16 threads in the last table): the FMA
 # peak, and the library's gemm at the avx512 level's flags as a share of it, on one
 # thread and on all (scripts/gemm_probe.cc).
-step gemm_probe 40 bash -c 'probe="$(mktemp -d)/gemm_probe" && g++ -std=c++17 -O3 \
-  -march=x86-64-v4 -mtune=generic -pthread -I../ffi -I../ffi/cpu -I../ffi/include \
-  ../scripts/gemm_probe.cc ../ffi/cpu/gemm.cc ../ffi/cpu/parallel.cc -ldl -o "$probe" && "$probe"'
+step gemm_probe 40 bash -c 'probe="$(mktemp -d)/gemm_probe" && bash ../scripts/build_gemm_probe.sh \
+  "$probe" -march=x86-64-v4 -mtune=generic && "$probe"'
 # The first H200 run (2026-12-04, jax 0.11.2) saw processes die (SIGSEGV) when a handler
 # returned an error (the first being test_attention_grad's inconsistent-call test); the
 # next run, after the scratch-alignment fix, did not. Kept: a native backtrace of those

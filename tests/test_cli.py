@@ -206,11 +206,8 @@ def test_gemm_probe_times_the_library_gemm_at_a_posed_l2(tmp_path):
     root = Path(__file__).resolve().parents[1]
     probe = tmp_path / "gemm_probe"
     build = subprocess.run(
-        [compiler, "-std=c++17", "-O2", "-march=x86-64-v3", "-pthread", f"-I{root / 'ffi'}",
-         f"-I{root / 'ffi' / 'cpu'}", f"-I{root / 'ffi' / 'include'}",
-         str(root / "scripts" / "gemm_probe.cc"), str(root / "ffi" / "cpu" / "gemm.cc"),
-         str(root / "ffi" / "cpu" / "parallel.cc"), "-ldl", "-o", str(probe)],
-        capture_output=True, text=True, timeout=600)
+        ["bash", str(root / "scripts" / "build_gemm_probe.sh"), str(probe), "-march=x86-64-v3"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, CXX=compiler))
     assert build.returncode == 0, build.stderr[-4000:]
     result = subprocess.run([str(probe), "1"], capture_output=True, text=True, timeout=300,
                             env=dict(os.environ, OXIJAX_PROBE_L2=str(256 << 10),
